@@ -1,0 +1,28 @@
+"""Packaging for subsetsaver: `pip install -e ".[test]"` for development."""
+
+from setuptools import find_packages, setup
+
+EXTRAS = {
+    "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
+    "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13"],
+    "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
+    "docs": ["mkdocs>=1.5"],
+}
+EXTRAS["all"] = sorted({requirement for group in EXTRAS.values() for requirement in group})
+
+setup(
+    name="subsetsaver",
+    version="0.1.0",
+    description="Save and restore exactly the TensorFlow 1 variables you choose",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["subsetsaver", "subsetsaver.*"]),
+    python_requires=">=3.10",
+    install_requires=["tensorflow>=2.13", "numpy", "networkx>=2.6", "graphviz>=0.20", "click>=8"],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["subsetsaver=subsetsaver.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,5 @@
+"""``python -m subsetsaver ...`` runs the command line."""
+
+from .cli import main
+
+main()

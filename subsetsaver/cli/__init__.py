@@ -1,0 +1,44 @@
+"""The ``subsetsaver`` command: a thin layer over the library's plain functions.
+
+Example::
+
+    $ subsetsaver select --graph model.meta "trainable() | bn_stats()"
+    $ subsetsaver inspect ckpt/model-1000 --json
+"""
+
+import os
+import sys
+
+import click
+
+from ..errors import SubsetSaverError
+from .catalog_commands import inspect_command, select_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="subsetsaver")
+def cli():
+    """Save and restore exactly the TensorFlow 1 variables you choose."""
+
+
+for command in (inspect_command, select_command):
+    cli.add_command(command)
+
+
+def main(argv=None):
+    """Entry point: bad input ends in one line on stderr and a non-zero exit, never a traceback."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        cli.main(args=argv, prog_name="subsetsaver", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("subsetsaver: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except (SubsetSaverError, OSError, ValueError, TypeError) as error:
+        click.echo(f"subsetsaver: error: {error}", err=True)
+        sys.exit(2)
+    except SystemExit:
+        raise
+    sys.exit(0)
