@@ -128,7 +128,7 @@ def roles_from_names(names) -> Roles:
             "global_step": frozenset(steps),
         },
         slot_of={n: _SLOT_NAME.sub("", n) for n in slots},
-        average_of={n: _EMA_NAME.sub("", n) for n in averages if not "/moments/" in n},
+        average_of={n: _EMA_NAME.sub("", n) for n in averages if "/moments/" not in n},
         from_names=True,
     )
 

@@ -470,6 +470,8 @@ def variables(vars_or_names: Iterable) -> Selector:
     names = []
     for item in vars_or_names:
         names.append(item if isinstance(item, str) else variable_name(item))
+    if not names:
+        raise ValueError("variables() needs at least one variable; use nothing() for an empty selection")
     return Variables(tuple(dict.fromkeys(names)))
 
 
