@@ -226,12 +226,16 @@ def _read_graph(graph, *, kind) -> Catalog:
     for name, parts in parts_by_name.items():
         head = parts[0]
         slice_info = getattr(head, "_save_slice_info", None)
+        dtype = tf.as_dtype(head.dtype).base_dtype
         if slice_info is not None:
             parts.sort(key=lambda v: tuple(v._save_slice_info.var_offset))
             shape = tuple(slice_info.full_shape)
+            # Only the parts that exist are written (TF gives some slots a full shape
+            # larger than the one slice they hold).
+            nbytes = sum(value_bytes(p._save_slice_info.var_shape, dtype) for p in parts)
         else:
             shape = tuple(head.shape.as_list()) if head.shape.dims is not None else ()
-        dtype = tf.as_dtype(head.dtype).base_dtype
+            nbytes = value_bytes(shape, dtype)
         for part in parts:
             op_to_name[part.op.name] = name
         entries.append(
@@ -239,7 +243,7 @@ def _read_graph(graph, *, kind) -> Catalog:
                 name=name,
                 shape=shape,
                 dtype=dtype.name,
-                nbytes=value_bytes(shape, dtype),
+                nbytes=nbytes,
                 parts=tuple(p.op.name for p in parts),
                 index=first_seen[name][0],
             )
