@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import weakref
@@ -209,43 +210,40 @@ def _graph_stamp(graph):
 
 
 def _read_graph(graph, *, kind) -> Catalog:
-    import tensorflow as tf
-
-    from .selectors import variable_name
-
-    parts_by_name, first_seen = {}, {}
-    name_of_object = {}
-    every = graph.get_collection(GLOBAL_VARIABLES) + graph.get_collection(LOCAL_VARIABLES)
-    for position, variable in enumerate(every):
-        name = variable_name(variable)
+    global_variables = graph.get_collection(GLOBAL_VARIABLES)
+    local_variables = graph.get_collection(LOCAL_VARIABLES)
+    parts_by_name, first_seen, op_to_name, name_of_object = {}, {}, {}, {}
+    for position, variable in enumerate(global_variables + local_variables):
+        op = variable.op
+        slice_info = getattr(variable, "_save_slice_info", None)
+        name = slice_info.full_name if slice_info is not None else op.name
         parts_by_name.setdefault(name, []).append(variable)
-        first_seen.setdefault(name, (getattr(variable.op, "_id", position), position))
+        # Global variables are listed in creation order; op ids interleave local ones.
+        first_seen.setdefault(name, op._id if local_variables else position)
         name_of_object[id(variable)] = name
+        op_to_name[op.name] = name
 
-    entries, op_to_name = [], {}
+    entries = []
     for name, parts in parts_by_name.items():
         head = parts[0]
-        slice_info = getattr(head, "_save_slice_info", None)
-        dtype = tf.as_dtype(head.dtype).base_dtype
-        if slice_info is not None:
+        dtype = head.dtype.base_dtype
+        if len(parts) > 1 or getattr(head, "_save_slice_info", None) is not None:
             parts.sort(key=lambda v: tuple(v._save_slice_info.var_offset))
-            shape = tuple(slice_info.full_shape)
+            shape = tuple(head._save_slice_info.full_shape)
             # Only the parts that exist are written (TF gives some slots a full shape
             # larger than the one slice they hold).
-            nbytes = sum(value_bytes(p._save_slice_info.var_shape, dtype) for p in parts)
+            nbytes = sum(value_bytes(tuple(p._save_slice_info.var_shape), dtype) for p in parts)
         else:
             shape = tuple(head.shape.as_list()) if head.shape.dims is not None else ()
             nbytes = value_bytes(shape, dtype)
-        for part in parts:
-            op_to_name[part.op.name] = name
         entries.append(
             _Entry(
                 name=name,
                 shape=shape,
                 dtype=dtype.name,
                 nbytes=nbytes,
-                parts=tuple(p.op.name for p in parts),
-                index=first_seen[name][0],
+                parts=tuple(p.op.name for p in parts) if len(parts) > 1 else (name,),
+                index=first_seen[name],
             )
         )
 
@@ -325,7 +323,7 @@ def checkpoint_catalog(path) -> Catalog:
             name=name,
             shape=tuple(shapes[name]),
             dtype=dtypes[name].name,
-            nbytes=value_bytes(shapes[name], dtypes[name]),
+            nbytes=value_bytes(tuple(shapes[name]), dtypes[name]),
             parts=(name,),
             index=index,
         )
@@ -345,6 +343,7 @@ def open_checkpoint(prefix):
         raise CorruptCheckpointError(f"cannot read checkpoint '{prefix}': {message}") from error
 
 
+@functools.lru_cache(maxsize=4096)
 def value_bytes(shape, dtype) -> int:
     """Bytes of a tensor's values: ``value_bytes((3, 4), tf.float32) == 48``; 0 for strings or unknown dims."""
     import tensorflow as tf
