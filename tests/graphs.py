@@ -18,8 +18,11 @@ the same keys (possibly with empty lists):
 
 ``all``          every global + local variable
 ``trainable``    ``graph.get_collection('trainable_variables')``
-``slots``        optimizer slots (per trainable variable, ``get_slot_names()``
-                 order) plus the optimizer's non-slot variables
+``slots``        optimizer slots (``opt.get_slot(var, name)`` for every
+                 trainable variable and ``get_slot_names()`` entry) plus the
+                 optimizer's non-slot variables; like every list it is sorted
+                 by collection position, so Adam's ``beta1_power`` /
+                 ``beta2_power`` (created before the slots) come first
 ``non_slot``     only the optimizer's non-slot variables (e.g. Adam's
                  ``beta1_power``/``beta2_power``)
 ``bn_stats``     batch-norm moving mean / variance variables
@@ -61,6 +64,7 @@ v1 = tf.compat.v1
 __all__ = [
     "BuiltGraph",
     "OPTIMIZERS",
+    "STANDARD_KEYS",
     "all_optimizers",
     "mnist_cnn",
     "fused_bn_model",
@@ -152,9 +156,7 @@ def _new_graph(seed: int, resource: bool | None = True, cond_v2: bool | None = N
 
 def _all_variables(graph: tf.Graph) -> list:
     out, seen = [], set()
-    for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
-        v1.GraphKeys.LOCAL_VARIABLES
-    ):
+    for v in graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES):
         name = v.op.name
         if name not in seen:
             seen.add(name)
@@ -278,9 +280,7 @@ def _make_optimizer(name: str, global_step, learning_rate: float | None = None):
 
 
 def _sparse_xent(labels, logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss"
-    )
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss")
 
 
 def _dense(inputs, units: int, scope: str, stddev: float = 0.1):
@@ -307,11 +307,7 @@ def variable_map(graph: tf.Graph) -> dict[str, Any]:
 def variable_op_types(graph: tf.Graph) -> dict[str, str]:
     """Variable op name -> op type, for every op that is a variable
     (``VariableV2``/``VarHandleOp``), including any not in a collection."""
-    return {
-        op.name: op.type
-        for op in graph.get_operations()
-        if op.type in ("VariableV2", "VarHandleOp", "Variable")
-    }
+    return {op.name: op.type for op in graph.get_operations() if op.type in ("VariableV2", "VarHandleOp", "Variable")}
 
 
 # --------------------------------------------------------------------------
@@ -378,6 +374,16 @@ def mnist_cnn(
     training branch of the cond (classic). False: the same EMA variables exist
     but their update op is only added to UPDATE_OPS and ``tensors['bn_update']``,
     not run by ``train_op``.
+
+    TF facts this graph exhibits: the EMA shadows are named after the moment
+    tensors inside the variable scope, so the scope appears twice
+    (``conv_1/bn/conv_1/bn/moments/Squeeze/ExponentialMovingAverage`` = mean,
+    ``.../Squeeze_1/...`` = variance). With control flow v2 they are created
+    while the ``If`` branch is traced but lifted into the outer graph (and
+    collections); their ``AssignSubVariableOp`` updates live only inside the
+    branch function (``graph.as_graph_def().library``), not in
+    ``graph.get_operations()``. With v1 they are ordinary ``AssignSub`` ops
+    under ``conv_k/bn/cond/``.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
@@ -398,9 +404,7 @@ def mnist_cnn(
                 )
                 b = v1.get_variable("b", [out_ch], initializer=v1.constant_initializer(0.1))
                 conv = tf.nn.conv2d(h, w, strides=[1, 1, 1, 1], padding="SAME") + b
-                normed, stats, update = _handwritten_bn(
-                    conv, out_ch, phase_train, batch_norm_updates
-                )
+                normed, stats, update = _handwritten_bn(conv, out_ch, phase_train, batch_norm_updates)
                 bn_stats.extend(stats)
                 if update is not None:
                     bn_updates.append(update)
@@ -472,9 +476,7 @@ def fused_bn_model(
         x = v1.placeholder(tf.float32, [None, input_hw, input_hw, 1], name="x")
         labels = v1.placeholder(tf.int64, [None], name="labels")
         with v1.variable_scope("block"):
-            w = v1.get_variable(
-                "w", [3, 3, 1, channels], initializer=v1.truncated_normal_initializer(stddev=0.1)
-            )
+            w = v1.get_variable("w", [3, 3, 1, channels], initializer=v1.truncated_normal_initializer(stddev=0.1))
             conv = tf.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")
             with v1.variable_scope("bn") as bn_scope:
                 scale = v1.get_variable("scale", [channels], initializer=v1.ones_initializer())
@@ -511,12 +513,8 @@ def fused_bn_model(
                     conv, scale, offset, epsilon=1e-3, is_training=True, name="FusedBatchNorm"
                 )
                 updates = [
-                    moving_averages.assign_moving_average(
-                        moving_mean, batch_mean, decay, zero_debias=False
-                    ),
-                    moving_averages.assign_moving_average(
-                        moving_variance, batch_var, decay, zero_debias=False
-                    ),
+                    moving_averages.assign_moving_average(moving_mean, batch_mean, decay, zero_debias=False),
+                    moving_averages.assign_moving_average(moving_variance, batch_var, decay, zero_debias=False),
                 ]
             for u in updates:
                 v1.add_to_collection(v1.GraphKeys.UPDATE_OPS, u)
@@ -539,9 +537,7 @@ def fused_bn_model(
             )
         else:
             tensors.update(logits=output, loss=_sparse_xent(labels, output))
-        expected = _expected(
-            graph, opt=opt, global_step=global_step, bn_stats=[moving_mean, moving_variance]
-        )
+        expected = _expected(graph, opt=opt, global_step=global_step, bn_stats=[moving_mean, moving_variance])
     return BuiltGraph(
         graph,
         tensors,
@@ -572,8 +568,9 @@ def ema_of_weights_model(
 ) -> BuiltGraph:
     """2-layer MLP (``layer1``, ``layer2``); an ExponentialMovingAverage(decay)
     of layer1/w, layer1/b and layer2/w (NOT layer2/b); ``train_op`` = the
-    optimizer step followed by the EMA update (classic
-    ``control_dependencies([opt_op]) + tf.group(ema_op)``).
+    optimizer step followed by the EMA update (the documented
+    ``with control_dependencies([opt_op]): ema.apply(...)``, grouped with the
+    step).
     ``tensors['output_averaged']`` is the forward pass with the shadows.
     """
     with _new_graph(seed, resource) as graph:
@@ -589,13 +586,15 @@ def ema_of_weights_model(
             opt_op = opt.minimize(loss, global_step=global_step)
         ema = v1.train.ExponentialMovingAverage(decay)
         averaged = [w1, b1, w2]
-        ema_op = ema.apply(averaged)
+        # ema.apply must be *built* under the control dependency: grouping an
+        # ema op built outside it (tf.group(ema_op) under
+        # control_dependencies([opt_op])) only orders the group's NoOp, so the
+        # EMA may read the weights before the step (nondeterministic).
         with tf.control_dependencies([opt_op]):
-            train_op = tf.group(ema_op, name="train_op")
+            ema_op = ema.apply(averaged)
+        train_op = tf.group(opt_op, ema_op, name="train_op")
         h_avg = tf.nn.relu(tf.matmul(x, ema.average(w1)) + ema.average(b1))
-        output_averaged = tf.identity(
-            tf.matmul(h_avg, ema.average(w2)) + b2, name="output_averaged"
-        )
+        output_averaged = tf.identity(tf.matmul(h_avg, ema.average(w2)) + b2, name="output_averaged")
         tensors = {
             "x": x,
             "labels": labels,
@@ -613,9 +612,7 @@ def ema_of_weights_model(
             averages=[ema.average(v) for v in averaged],
             averaged=averaged,
         )
-    return BuiltGraph(
-        graph, tensors, expected, opt, info={"num_classes": num_classes, "resource": resource}
-    )
+    return BuiltGraph(graph, tensors, expected, opt, info={"num_classes": num_classes, "resource": resource})
 
 
 # --------------------------------------------------------------------------
@@ -724,8 +721,7 @@ def layers_bn_model(
             conv2d = layers.conv2d
         except AttributeError as err:  # TF imported before the variable was set
             raise RuntimeError(
-                "tf.compat.v1.layers is unavailable: TF_USE_LEGACY_KERAS=1 must be set "
-                "before TensorFlow is imported"
+                "tf.compat.v1.layers is unavailable: TF_USE_LEGACY_KERAS=1 must be set before TensorFlow is imported"
             ) from err
         x = v1.placeholder(tf.float32, [None, input_hw, input_hw, 1], name="x")
         labels = v1.placeholder(tf.int64, [None], name="labels")
@@ -737,9 +733,7 @@ def layers_bn_model(
         # the non-trainable global variables this call created.
         trainable_after = {v.op.name for v in v1.trainable_variables()}
         bn_stats = [
-            v
-            for v in v1.global_variables()
-            if v.op.name not in global_before and v.op.name not in trainable_after
+            v for v in v1.global_variables() if v.op.name not in global_before and v.op.name not in trainable_after
         ]
         logits = layers.dense(layers.flatten(tf.nn.relu(bn)), num_classes, name="out")
         logits = tf.identity(logits, name="logits")
@@ -760,9 +754,7 @@ def layers_bn_model(
             "global_step": global_step,
         }
         expected = _expected(graph, opt=opt, global_step=global_step, bn_stats=bn_stats)
-    return BuiltGraph(
-        graph, tensors, expected, opt, info={"num_classes": num_classes, "fused": fused}
-    )
+    return BuiltGraph(graph, tensors, expected, opt, info={"num_classes": num_classes, "fused": fused})
 
 
 def tf_keras_bn_model(
@@ -803,9 +795,7 @@ def tf_keras_bn_model(
             global_step = v1.train.get_or_create_global_step()
             opt = v1.train.AdamOptimizer(1e-3)
             with tf.control_dependencies(updates):
-                train_op = opt.minimize(
-                    loss, global_step=global_step, var_list=model.trainable_variables
-                )
+                train_op = opt.minimize(loss, global_step=global_step, var_list=model.trainable_variables)
         tensors = {
             "x": x,
             "labels": labels,
@@ -847,9 +837,7 @@ def _variable_template(name: str, init_name: str) -> list:
         v1.Variable(init, name=name, use_resource=True)
     nodes = []
     for node in scratch.as_graph_def().node:
-        if node.op == "VarIsInitializedOp" or not (
-            node.name == name or node.name.startswith(name + "/")
-        ):
+        if node.op == "VarIsInitializedOp" or not (node.name == name or node.name.startswith(name + "/")):
             # VarIsInitializedOp is optional: Variable.is_initialized() makes one.
             continue
         if "_class" not in node.attr:
@@ -868,12 +856,12 @@ def _clone_variable_nodes(template: list, tmpl: str, new: str) -> list:
         ctrl = s.startswith("^")
         body = s[1:] if ctrl else s
         if body == tmpl or body.startswith(tmpl + "/") or body.startswith(tmpl + ":"):
-            body = new + body[len(tmpl):]
+            body = new + body[len(tmpl) :]
         return ("^" if ctrl else "") + body
 
     def rename_b(s: bytes) -> bytes:
         if s == tmpl_b or s.startswith(tmpl_b + b"/"):
-            return new_b + s[len(tmpl_b):]
+            return new_b + s[len(tmpl_b) :]
         if s == b"loc:@" + tmpl_b:
             return b"loc:@" + new_b
         return s
@@ -939,7 +927,7 @@ def wide_graph(
     graph_def.node.extend(scratch.as_graph_def().node)
     by_suffix = {}
     for node in template:
-        by_suffix[node.name[len(tmpl):]] = node.op
+        by_suffix[node.name[len(tmpl) :]] = node.op
     initializer_suffix = next(k for k, op in by_suffix.items() if op == "AssignVariableOp")
     snapshot_suffix = next(k for k, op in by_suffix.items() if op == "ReadVariableOp")
     for name in names:
@@ -969,9 +957,7 @@ def wide_graph(
         x = v1.placeholder(tf.float32, [2], name="x")
         output = tf.identity(x * variables[0] + variables[-1], name="output")
         loss = tf.reduce_sum(output, name="loss")
-        extra_groups = {
-            f"scope:{s}": [v for v in variables if v.op.name.startswith(s + "/")] for s in scopes
-        }
+        extra_groups = {f"scope:{s}": [v for v in variables if v.op.name.startswith(s + "/")] for s in scopes}
         expected = _expected(
             graph,
             non_trainable=[v for v, t in zip(variables, trainable_flags) if not t],
@@ -991,9 +977,7 @@ def wide_graph(
 # feeds
 
 
-def random_feed(
-    built: BuiltGraph, *, batch_size: int = 4, training: bool = True, seed: int = 0
-) -> dict:
+def random_feed(built: BuiltGraph, *, batch_size: int = 4, training: bool = True, seed: int = 0) -> dict:
     """A feed dict with random ``x`` (+ ``labels``, ``phase_train``) for
     ``built``."""
     rng = np.random.default_rng(seed)
@@ -1006,9 +990,9 @@ def random_feed(
     else:
         feed[x] = rng.random(shape, dtype=np.float32)
     if "labels" in built.tensors:
-        feed[built.tensors["labels"]] = rng.integers(
-            0, built.info.get("num_classes", 2), size=[batch_size]
-        ).astype(np.int64)
+        feed[built.tensors["labels"]] = rng.integers(0, built.info.get("num_classes", 2), size=[batch_size]).astype(
+            np.int64
+        )
     if "phase_train" in built.tensors:
         feed[built.tensors["phase_train"]] = training
     return feed
