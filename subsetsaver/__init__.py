@@ -15,8 +15,11 @@ from .errors import (
     SelectorSyntaxError,
     SubsetSaverError,
     SubsetSaverWarning,
+    UninitializedVariablesError,
 )
+from .draw import draw_plan, draw_sets
 from .parser import parse
+from .planner import plan
 from .selectors import (
     Selector,
     averages,
@@ -45,15 +48,19 @@ __all__ = [
     "Selector",
     "SubsetSaverError",
     "SubsetSaverWarning",
+    "UninitializedVariablesError",
     "averages",
     "bn_stats",
     "collection",
+    "draw_plan",
+    "draw_sets",
     "everything",
     "global_step",
     "local",
     "name",
     "nothing",
     "parse",
+    "plan",
     "regex",
     "scope",
     "slots",

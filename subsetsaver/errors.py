@@ -47,3 +47,11 @@ class SubsetSaverWarning(UserWarning):
 
 class CheckpointNotFoundError(CorruptCheckpointError, FileNotFoundError):
     """No checkpoint (or MetaGraph file) where one was named."""
+
+
+class UninitializedVariablesError(SubsetSaverError, RuntimeError):
+    """Variables are still uninitialized where the plan needs them initialized (before a save, after a restore)."""
+
+    def __init__(self, message, names=()):
+        self.names = tuple(names)
+        super().__init__(message)

@@ -13,6 +13,8 @@ import click
 
 from ..errors import SubsetSaverError
 from .catalog_commands import inspect_command, select_command
+from .draw_command import draw_command
+from .plan_commands import plan_command, slim_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,7 +23,7 @@ def cli():
     """Save and restore exactly the TensorFlow 1 variables you choose."""
 
 
-for command in (inspect_command, select_command):
+for command in (inspect_command, select_command, plan_command, slim_command, draw_command):
     cli.add_command(command)
 
 

@@ -1,0 +1,144 @@
+"""Slimming real checkpoints: smaller files, bit-exact values, bounded memory."""
+
+import os
+import weakref
+
+import graphs
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import subsetsaver as ss
+from subsetsaver import catalog, manifest
+from subsetsaver.errors import CheckpointMismatchError
+from subsetsaver.planner import plan
+from subsetsaver.slim import checkpoint_file_bytes, slim
+
+v1 = tf.compat.v1
+SMALL = dict(channels=(4, 8), fc_units=32)
+
+
+@pytest.fixture(scope="module")
+def adam_checkpoint(tmp_path_factory):
+    """A full tf.compat.v1.train.Saver checkpoint of the small MNIST CNN after 3 Adam steps."""
+    directory = tmp_path_factory.mktemp("adam")
+    built = graphs.mnist_cnn(**SMALL)
+    with built.graph.as_default():
+        saver = v1.train.Saver()
+        init = v1.global_variables_initializer()
+        variables = v1.global_variables()
+    with v1.Session(graph=built.graph) as sess:
+        sess.run(init)
+        for step in range(3):
+            sess.run(built.tensors["train_op"], graphs.random_feed(built, seed=step))
+        prefix = saver.save(sess, str(directory / "model"), global_step=3)
+        values = dict(zip([v.op.name for v in variables], sess.run(variables)))
+        meta = prefix + ".meta"
+    return prefix, values, built.expected, meta
+
+
+def test_dropping_adam_slots_leaves_a_third_that_restores_bit_exact(tmp_path, adam_checkpoint):
+    prefix, values, expected, _ = adam_checkpoint
+    report = slim(prefix, "~slots()", str(tmp_path / "slim" / "model"))
+    kept = sorted(expected["model"] + expected["global_step"])
+    assert list(report.kept) == kept
+    assert list(report.dropped) == sorted(expected["slots"])
+    assert report.verified and report.data_files == 1
+    assert report.source_bytes == checkpoint_file_bytes(prefix)
+    data = os.path.getsize(tmp_path / "slim" / "model.data-00000-of-00001")
+    assert data == sum(values[name].nbytes for name in kept)
+    assert report.output_bytes == data + os.path.getsize(tmp_path / "slim" / "model.index")
+    assert 0.30 < report.output_bytes / report.source_bytes < 0.36, report.output_bytes / report.source_bytes
+    assert manifest.read_manifest(report.output)["dropped"] == sorted(expected["slots"])
+
+    fresh = graphs.mnist_cnn(**SMALL)
+    restore = plan(~ss.slots(), fresh.graph)
+    with v1.Session(graph=fresh.graph) as sess:
+        result = restore.restore_or_initialize(sess, report.output)
+        got = dict(zip(restore.saved_names, sess.run(restore.saved)))
+    assert sorted(result.restored) == kept
+    for name in kept:
+        assert np.array_equal(got[name], values[name]), name
+
+
+def test_graph_roles_choose_the_same_tensors(tmp_path, adam_checkpoint):
+    prefix, values, expected, meta = adam_checkpoint
+    report = slim(prefix, ss.trainable(), str(tmp_path / "weights"), graph=meta)
+    assert list(report.kept) == sorted(expected["trainable"])
+    reader = catalog.open_checkpoint(report.output)
+    for name in report.kept:
+        assert np.array_equal(reader.get_tensor(name), values[name])
+    with pytest.raises(CheckpointMismatchError) as error:
+        slim(report.output, ss.trainable() | ss.global_step(), str(tmp_path / "again"), graph=meta)
+    assert str(error.value) == (
+        f"the graph's selection trainable() | global_step() names 1 variable that checkpoint "
+        f"'{report.output}' lacks: opt/global_step; pass the graph the checkpoint was written from"
+    )
+
+
+def test_refuses_to_overwrite_or_to_write_over_the_source(tmp_path, adam_checkpoint):
+    prefix, _, _, _ = adam_checkpoint
+    output = str(tmp_path / "out")
+    slim(prefix, "trainable()", output)
+    with pytest.raises(FileExistsError) as error:
+        slim(prefix, "trainable()", output)
+    assert str(error.value) == (
+        f"checkpoint '{output}' already exists ({output}.data-00000-of-00001); pass overwrite=True (--force)"
+    )
+    replaced = slim(prefix, "scope('fc')", output, overwrite=True)
+    assert sorted(catalog.open_checkpoint(output).get_variable_to_shape_map()) == ["fc/b", "fc/w"]
+    assert replaced.kept == ("fc/b", "fc/w")
+    with pytest.raises(ValueError) as error:
+        slim(prefix, "trainable()", prefix)
+    assert str(error.value) == f"output '{prefix}' is the source checkpoint; write the slim checkpoint to a new prefix"
+    assert sorted(f for f in os.listdir(tmp_path) if f.startswith(".")) == []  # no workspace left behind
+
+
+class CountingReader:
+    """A CheckpointReader that counts the bytes of the arrays it handed out and are still alive."""
+
+    live = peak = 0
+
+    def __init__(self, reader):
+        self.reader = reader
+
+    def get_tensor(self, name):
+        value = self.reader.get_tensor(name)
+        if not isinstance(value, np.ndarray):  # scalars come back as numpy scalars: nothing to track
+            return value
+        CountingReader.live += value.nbytes
+        CountingReader.peak = max(CountingReader.peak, CountingReader.live)
+        weakref.finalize(value, CountingReader.release, value.nbytes)
+        return value
+
+    @staticmethod
+    def release(nbytes):
+        CountingReader.live -= nbytes
+
+    def __getattr__(self, attribute):
+        return getattr(self.reader, attribute)
+
+
+def test_memory_is_bounded_by_the_budget_not_the_checkpoint(tmp_path, monkeypatch):
+    big = [np.full((256, 1024), i, np.float32) for i in range(8)]  # 1 MB each
+    names = [f"layer_{i}/w" for i in range(8)] + ["layer_0/w/Adam", "step"]
+    tensors = big + [np.ones((256, 1024), np.float32), np.int64(7)]
+    source = str(tmp_path / "big")
+    tf.raw_ops.SaveV2(prefix=source, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+
+    original_open = catalog.open_checkpoint
+    monkeypatch.setattr(catalog, "open_checkpoint", lambda prefix: CountingReader(original_open(prefix)))
+    report = slim(source, "~slots()", str(tmp_path / "small"), memory_budget=2**20)
+    megabyte = 2**20
+    assert report.data_files == 9  # eight 1 MB shards and the step
+    assert CountingReader.peak <= 2 * megabyte  # a tensor and its copy, while verifying
+    assert sum(t.nbytes for t in big) >= 4 * CountingReader.peak
+    assert CountingReader.live == 0
+    reader = original_open(report.output)
+    for name, value in zip(names, tensors):
+        if name != "layer_0/w/Adam":
+            assert np.array_equal(reader.get_tensor(name), value)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["big.data-00000-of-00001", "big.index", "small.index", "small.subset.json"]
+        + [f"small.data-{i:05d}-of-00009" for i in range(9)]
+    )
