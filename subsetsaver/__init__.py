@@ -7,6 +7,7 @@ Example::
     print(sel.explain(graph))
 """
 
+from .draw import draw_plan, draw_sets
 from .errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
@@ -17,7 +18,6 @@ from .errors import (
     SubsetSaverWarning,
     UninitializedVariablesError,
 )
-from .draw import draw_plan, draw_sets
 from .parser import parse
 from .planner import plan
 from .selectors import (
