@@ -220,7 +220,9 @@ class TfBackend:
                         self._partial[key] = _restore_op(self._prefix_feed, key, parts)
 
     def save(self, sess, save_path, global_step=None, **options) -> str:
-        return self.saver.save(sess, save_path, global_step=global_step, **options)
+        # Outside its graph's context, Saver.save would take the eager path and fail.
+        with sess.graph.as_default():
+            return self.saver.save(sess, save_path, global_step=global_step, **options)
 
     def restore(self, sess, prefix, names=None):
         saver_def = self.saver.saver_def

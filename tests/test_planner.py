@@ -166,6 +166,20 @@ def test_restore_is_bit_exact_and_rest_is_initialized(tmp_path, source):
     assert not np.array_equal(rest["opt/model/dense/w/Momentum"], saved["opt/model/dense/w/Momentum"])
 
 
+def test_save_and_restore_work_outside_the_graph_context(tmp_path):
+    """Eager is on in TF2 processes: a plan must not fall into Saver's eager path."""
+    graph, _ = mlp()
+    the_plan = plan(ss.trainable(), graph)
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, None)
+        expected = values(sess, the_plan.saved)
+        prefix = the_plan.save(sess, str(tmp_path / "model"))
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, prefix)
+        for name, value in values(sess, the_plan.saved).items():
+            assert np.array_equal(value, expected[name]), name
+
+
 def test_save_writes_a_manifest_and_max_to_keep_retires_old_ones(tmp_path):
     graph, tensors = mlp()
     the_plan = plan(ss.trainable(), graph, max_to_keep=2)
