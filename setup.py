@@ -4,7 +4,8 @@ from setuptools import find_packages, setup
 
 EXTRAS = {
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
-    "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13"],
+    "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5",
+             "matplotlib-venn>=0.11"],
     "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
 }

@@ -1,0 +1,31 @@
+"""The worked example in quick mode: the right subset must reproduce the trained accuracy."""
+
+import os
+import re
+import subprocess
+import sys
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "mnist_cnn", "run.py")
+
+
+def test_quick_run_tells_the_whole_story(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "MPLBACKEND": "Agg"}
+    result = subprocess.run([sys.executable, EXAMPLE, "--quick", "--out", str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=900)
+    output = result.stdout
+    assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
+    trained = float(re.search(r"trained test accuracy: ([0-9.]+)", output).group(1))
+    rows = dict(re.findall(r"^(full Saver|trainable\(\) only|trainable\(\) \| bn_stats\(\))\s+(.*)$", output, re.M))
+    assert set(rows) == {"full Saver", "trainable() only", "trainable() | bn_stats()"}
+    for label, row in rows.items():
+        estimated, actual, accuracy = re.match(r"([\d,]+) B\s+([\d,]+) B\s+([0-9.]+)", row).groups()
+        assert estimated == actual, label             # the estimate is the exact .data size
+        rows[label] = float(accuracy)
+    assert rows["trainable() | bn_stats()"] == trained == rows["full Saver"]
+    assert rows["trainable() only"] < trained - 0.05   # forgetting the statistics costs accuracy
+    assert "unsaved-state" in output
+    assert (tmp_path / "sets.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert (tmp_path / "plan.dot").read_text().startswith("digraph")
+    resumed = re.search(r"restored:\s+(.*)$", output, re.M).group(1)
+    uninterrupted = re.search(r"uninterrupted:\s+(.*)$", output, re.M).group(1)
+    assert resumed == uninterrupted
