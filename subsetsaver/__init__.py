@@ -7,6 +7,7 @@ Example::
     print(sel.explain(graph))
 """
 
+from .audit import Finding, Severity, audit, audit_values
 from .draw import draw_plan, draw_sets
 from .errors import (
     CheckpointMismatchError,
@@ -40,6 +41,10 @@ from .selectors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Finding",
+    "Severity",
+    "audit",
+    "audit_values",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "CorruptCheckpointError",

@@ -75,6 +75,7 @@ class Catalog:
         self._roles_source = roles
         self._roles = None
         self._records = None
+        self._op_graph = None
 
     # -- what selectors ask -------------------------------------------------------
     def in_order(self, names) -> list:
@@ -107,8 +108,17 @@ class Catalog:
     @property
     def roles(self) -> Roles:
         if self._roles is None:
-            self._roles = self._roles_source() if callable(self._roles_source) else roles_from_names(self.all_names)
+            self._roles = self._roles_source(self) if callable(self._roles_source) else roles_from_names(self.all_names)
         return self._roles
+
+    @property
+    def op_graph(self):
+        """The graph's ops and function bodies (``dataflow.OpGraph``), read once; None without a graph."""
+        if self._op_graph is None and self.graph is not None:
+            from .dataflow import OpGraph
+
+            self._op_graph = OpGraph(self.graph.as_graph_def())
+        return self._op_graph
 
     def variables(self, names) -> list:
         """The ``tf.Variable`` objects (partitions expanded) behind ``names``, in the given order."""
@@ -258,10 +268,8 @@ def _read_graph(graph, *, kind) -> Catalog:
         and e.shape == ()
     )
 
-    def roles():
-        from .dataflow import OpGraph
-
-        return roles_from_graph(OpGraph(graph.as_graph_def()), op_to_name, trainable, steps)
+    def roles(catalog):
+        return roles_from_graph(catalog.op_graph, op_to_name, trainable, steps)
 
     return Catalog(
         entries,

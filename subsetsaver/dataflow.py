@@ -63,8 +63,9 @@ class OpGraph:
             self._add_node(node.name, node, "", {})
         for function in functions.values():
             self._add_function(function)
-        for key in list(self.type):
-            self._link_calls(key, functions)
+        if functions:  # most TF1 graphs call no function: skip reading every op's attributes
+            for key in list(self.type):
+                self._link_calls(key, functions)
 
     # -- building -------------------------------------------------------------------
     def _add_node(self, key, node, prefix, local_outputs):
@@ -108,21 +109,23 @@ class OpGraph:
         if node is None:
             return
         called = []
-        for value in node.attr.values():
+        for attr, value in node.attr.items():
             if value.HasField("func"):
-                called.append(value.func.name)
+                called.append((attr, value.func.name))
             elif value.HasField("list"):
-                called.extend(f.name for f in value.list.func)
-        called = [name for name in called if name in functions]
+                called.extend((attr, f.name) for f in value.list.func)
+        called = [(attr, name) for attr, name in called if name in functions]
         if not called:
             return
         offset = 1 if node.op in _FIRST_INPUT_IS_PREDICATE else 0
         data = self.inputs[key][offset:]
         returns = collections.defaultdict(list)
-        for name in called:
+        for attr, name in called:
             for arg_key, source in zip(self._function_args[name], data):
                 self._arg_callers[arg_key].append(source)
                 self.inputs[arg_key].append(source)
+            if attr == "cond":  # a while loop's condition returns the predicate, not the loop's outputs
+                continue
             for port, source in enumerate(self._function_returns[name]):
                 returns[port].append(source)
         self.returns[key] = dict(returns)

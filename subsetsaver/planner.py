@@ -403,7 +403,7 @@ def suggest_remap(missing, available):
 # ---------------------------------------------------------------------------------
 
 
-def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", **saver_kwargs) -> Plan:
+def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", strict=False, **saver_kwargs) -> Plan:
     """Build the plan for saving ``sel`` and initializing every other variable.
 
     ``sel``: a selector or its text. ``graph``: a ``tf.Graph`` (None: the default
@@ -414,6 +414,10 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", **sa
     (TensorFlow checkpoints through a Saver) or another registered backend (see
     :class:`TfBackend` for the interface). ``saver_kwargs`` go to
     ``tf.compat.v1.train.Saver`` (``max_to_keep``, ``sharded``, ...).
+
+    The audit runs first: each error finding (e.g. batch-norm statistics the selection
+    forgets) is a ``SubsetSaverWarning``; ``strict=True`` raises them as one error
+    before any op is built.
 
     >>> p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
     """
@@ -440,6 +444,9 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", **sa
             f"selector {sel!r} saves no variable, so there is nothing to plan; "
             "use tf.compat.v1.global_variables_initializer() to only initialize"
         )
+    from .audit import audit, warn_for
+
+    warn_for(audit(sel, catalog), strict=strict, stacklevel=2)
     return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
                 saver_kwargs=saver_kwargs)
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import graphs
 import numpy as np
@@ -513,3 +514,18 @@ def test_summary_is_a_table_with_the_full_saver_comparison():
         f"({sizes.full_checkpoint_bytes / sizes.checkpoint_bytes:.1f} times smaller)",
     ])
     assert json.dumps(the_plan.checkpoint_names)  # plain names, serializable
+
+
+def test_plan_warns_about_forgotten_statistics_and_strict_raises_before_building():
+    built = graphs.mnist_cnn(channels=(4, 8), fc_units=16)
+    with pytest.warns(ss.SubsetSaverWarning) as caught:
+        plan(ss.trainable(), built.graph)
+    assert [str(w.message).split(":")[0] for w in caught] == ["unsaved-state", "unsaved-state"]
+    version = built.graph.version
+    with pytest.raises(ss.SubsetSaverError) as error:
+        plan(ss.trainable(), built.graph, strict=True)
+    assert str(error.value).startswith("the selection forgets state inference needs (2 errors):")
+    assert built.graph.version == version  # raised before any op was built
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ss.SubsetSaverWarning)
+        plan(ss.trainable() | ss.bn_stats(), built.graph, strict=True)
