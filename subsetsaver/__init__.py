@@ -37,10 +37,14 @@ from .selectors import (
     trainable,
     variables,
 )
+from .training import PlanSaverHook, StaleStatsHook, warm_start
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PlanSaverHook",
+    "StaleStatsHook",
+    "warm_start",
     "Finding",
     "Severity",
     "audit",

@@ -161,12 +161,15 @@ class RestoreReport:
     ``checkpoint``: the prefix restored from, or None (everything initialized).
     ``restored`` / ``initialized``: variable names, in creation order. ``mismatched``:
     the problems ``on_mismatch='initialize'`` handled by initializing (empty otherwise).
+    ``from_averages``: with ``use_averages``, the restored variables that came from their
+    moving-average shadow (the others in ``restored`` came from their own values).
     """
 
     checkpoint: str | None
     restored: tuple
     initialized: tuple
     mismatched: tuple = ()
+    from_averages: tuple = ()
 
 
 def _spec_text(shape, dtype) -> str:
@@ -403,7 +406,8 @@ def suggest_remap(missing, available):
 # ---------------------------------------------------------------------------------
 
 
-def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", strict=False, **saver_kwargs) -> Plan:
+def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_averages=None, strict=False,
+         **saver_kwargs) -> Plan:
     """Build the plan for saving ``sel`` and initializing every other variable.
 
     ``sel``: a selector or its text. ``graph``: a ``tf.Graph`` (None: the default
@@ -412,7 +416,11 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", stri
     reshaped or retyped variable raises one CheckpointMismatchError listing them all) or
     'initialize' (those variables are initialized and reported). ``backend``: 'tf'
     (TensorFlow checkpoints through a Saver) or another registered backend (see
-    :class:`TfBackend` for the interface). ``saver_kwargs`` go to
+    :class:`TfBackend` for the interface). ``use_averages``: True, an
+    ``ExponentialMovingAverage`` or its name: a restore takes each variable from its
+    moving-average shadow when the checkpoint holds one (``v/ExponentialMovingAverage``),
+    from the variable itself otherwise, and reports which in ``from_averages`` (see
+    :class:`subsetsaver.training.AverageRestorer`). ``saver_kwargs`` go to
     ``tf.compat.v1.train.Saver`` (``max_to_keep``, ``sharded``, ...).
 
     The audit runs first: each error finding (e.g. batch-norm statistics the selection
@@ -448,7 +456,7 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", stri
 
     warn_for(audit(sel, catalog), strict=strict, stacklevel=2)
     return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
-                saver_kwargs=saver_kwargs)
+                saver_kwargs=saver_kwargs, use_averages=use_averages)
 
 
 class Plan:
@@ -460,7 +468,8 @@ class Plan:
     ``init_op``, ``sizes``, ``backend``, ``on_mismatch``, ``remap``.
     """
 
-    def __init__(self, selector, catalog, saved_names, *, remap, on_mismatch, backend, saver_kwargs):
+    def __init__(self, selector, catalog, saved_names, *, remap, on_mismatch, backend, saver_kwargs,
+                 use_averages=None):
         import tensorflow as tf
 
         self.selector = selector
@@ -486,6 +495,12 @@ class Plan:
             getattr(self._uninitialized, "mark_used", lambda: None)()  # it is run later, not now
         self._logical_name = {part.op.name: name for name, parts in self._parts.items() for part in parts}
         self._checkpoint_to_name = {key: name for name, key in self.checkpoint_names.items()}
+        self.use_averages = use_averages
+        self._averages = None
+        if use_averages is not None and use_averages is not False:
+            from .training import AverageRestorer
+
+            self._averages = AverageRestorer(self, ema=None if use_averages is True else use_averages)
 
     # -- what a plan is ----------------------------------------------------------------
     @property
@@ -605,6 +620,8 @@ class Plan:
         """
         self._check_session(sess)
         prefix = self._resolve(checkpoint)
+        if self._averages is not None and prefix is not None:
+            return self._averages.restore_or_initialize(sess, prefix)
         if prefix is None:
             sess.run(self._initialize_all)
             self._confirm_initialized(sess, "after initializing")
@@ -666,6 +683,20 @@ class Plan:
         for retired in before - set(self.backend.last_checkpoints):
             manifest_module.remove_manifest(retired)
         return prefix
+
+    def scaffold(self, warm_start=None, *, resume_from=None, **scaffold_kwargs):
+        """A ``tf.compat.v1.train.Scaffold`` for ``MonitoredTrainingSession``: its Saver is
+        :attr:`saver`, a resume restores :attr:`saved` and initializes the rest, a fresh
+        start initializes everything (then runs ``warm_start``). Build it before the
+        session: see :func:`subsetsaver.training.scaffold`.
+
+        >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+        ...         checkpoint_dir='run/', scaffold=p.scaffold()) as sess:
+        ...     sess.run(train_op)
+        """
+        from . import training
+
+        return training.scaffold(self, warm_start, resume_from=resume_from, **scaffold_kwargs)
 
     def summary(self) -> str:
         """A human table: what is saved, what is initialized, per scope, and the size comparison."""
