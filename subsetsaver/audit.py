@@ -235,7 +235,7 @@ def _find_stats_not_updated(catalog, flow):
     updates = {name: keys for name, keys in updates.items() if keys}
     if not updates:
         return []
-    training = flow.training_ops(_op_names(graph.get_collection(TRAIN_OP)))
+    training = list(dict.fromkeys(flow.training_ops(_op_names(graph.get_collection(TRAIN_OP)))))
     if not training:
         return []
     runs = flow.needed_by(training)
