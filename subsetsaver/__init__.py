@@ -7,6 +7,7 @@ Example::
     print(sel.explain(graph))
 """
 
+from . import keras
 from .audit import Finding, Severity, audit, audit_values
 from .draw import draw_plan, draw_sets
 from .errors import (
@@ -21,6 +22,7 @@ from .errors import (
 )
 from .parser import parse
 from .planner import plan
+from .portable import restore_npz, save_npz
 from .selectors import (
     Selector,
     averages,
@@ -42,6 +44,9 @@ from .training import PlanSaverHook, StaleStatsHook, warm_start
 __version__ = "0.1.0"
 
 __all__ = [
+    "keras",
+    "restore_npz",
+    "save_npz",
     "PlanSaverHook",
     "StaleStatsHook",
     "warm_start",

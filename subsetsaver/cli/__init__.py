@@ -14,6 +14,7 @@ import click
 from ..errors import SubsetSaverError
 from .audit_command import audit_command
 from .catalog_commands import inspect_command, select_command
+from .convert_command import convert_command
 from .draw_command import draw_command
 from .plan_commands import plan_command, slim_command
 
@@ -24,7 +25,8 @@ def cli():
     """Save and restore exactly the TensorFlow 1 variables you choose."""
 
 
-for command in (inspect_command, select_command, plan_command, audit_command, draw_command, slim_command):
+for command in (inspect_command, select_command, plan_command, audit_command, draw_command, slim_command,
+                convert_command):
     cli.add_command(command)
 
 

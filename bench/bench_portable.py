@@ -1,0 +1,228 @@
+"""Portable checkpoints (``save_npz``/``restore_npz``) against ``tf.compat.v1.train.Saver``, same variables, same run.
+
+Lines: save and restore of large variables (20 x 50 MB by default), first and later
+restores of 3,000 small variables, the ops added across 100 restores, and the peak
+memory of a save (measured in a child process) against the checkpoint's size.
+
+Run: ``python bench/bench_portable.py`` (or ``python -m bench``). Quick run:
+``SUBSETSAVER_BENCH_MB=5 SUBSETSAVER_BENCH_LARGE=4 python bench/bench_portable.py``.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.report import print_line  # noqa: E402
+
+LARGE_MB = float(os.environ.get("SUBSETSAVER_BENCH_MB", "50"))
+LARGE_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_LARGE", "20"))
+SMALL_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_SMALL", "3000"))
+REPEAT = int(os.environ.get("SUBSETSAVER_BENCH_REPEAT", "3"))
+
+
+def large_graph(count=LARGE_COUNT, megabytes=LARGE_MB):
+    """``count`` float32 resource variables of ``megabytes`` each, random values, and their Saver."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    size = int(megabytes * 2**20) // 4
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = [v1.get_variable(f"large/v{i:02d}", [size], initializer=v1.random_uniform_initializer(seed=i),
+                                     use_resource=True) for i in range(count)]
+        saver = v1.train.Saver(variables, max_to_keep=None)
+        init = v1.variables_initializer(variables)
+    return graph, saver, init
+
+
+def small_graph(count=SMALL_COUNT):
+    """``count`` small resource variables (shape [2]) built fast, and their Saver."""
+    import tensorflow as tf
+
+    from bench.bench_selectors import build_wide_graph
+
+    graph = build_wide_graph(count)
+    with graph.as_default():
+        variables = tf.compat.v1.global_variables()
+        start = time.perf_counter()
+        saver = tf.compat.v1.train.Saver(variables, max_to_keep=None)
+        saver_build = time.perf_counter() - start
+        init = tf.compat.v1.variables_initializer(variables)
+    return graph, saver, init, saver_build
+
+
+def timed(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def interleaved_best(ours, theirs, repeat=REPEAT):
+    """Best of ``repeat`` runs each, alternating, so both see the same machine load."""
+    best_ours = best_theirs = float("inf")
+    for _ in range(repeat):
+        best_theirs = min(best_theirs, timed(theirs))
+        best_ours = min(best_ours, timed(ours))
+    return best_ours, best_theirs
+
+
+def checkpoint_bytes(prefix):
+    directory, base = os.path.split(prefix)
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
+               if n.startswith(base + ".") and not n.endswith(".meta"))
+
+
+def bench_large(report, directory):
+    import tensorflow as tf
+
+    import subsetsaver as ss
+    from subsetsaver import portable
+
+    graph, saver, init = large_graph()
+    npz_path = os.path.join(directory, "portable_large.npz")
+    prefix = os.path.join(directory, "large")
+    portable.prepare_npz(ss.everything(), graph)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        save = (lambda: portable.save_npz(sess, npz_path), lambda: saver.save(sess, prefix, write_meta_graph=False,
+                                                                             write_state=False))
+        ours, theirs = interleaved_best(*save)
+        size = os.path.getsize(npz_path)
+        label = f"save {LARGE_COUNT} x {LARGE_MB:g} MB variables"
+        report(label, ours, theirs, f"npz {size / 2**20:.0f} MB, TF {checkpoint_bytes(prefix) / 2**20:.0f} MB; "
+               "ours fsyncs, the Saver does not; target <= 1.25x")
+        with _without_fsync():
+            ours = min(timed(save[0]) for _ in range(REPEAT))
+        report("  the same save without fsync (not durable)", ours, theirs, "for comparison: no final fsync")
+        portable.restore_npz(sess, npz_path)  # the first run of each restore builds its executor
+        saver.restore(sess, prefix)
+        ours, theirs = interleaved_best(lambda: portable.restore_npz(sess, npz_path), lambda: saver.restore(sess, prefix))
+        report(f"restore {LARGE_COUNT} x {LARGE_MB:g} MB variables", ours, theirs,
+               "includes reading and checksumming the file; target <= 1.25x")
+
+
+class _without_fsync:
+    """Turn off npzfile's final fsync for one measurement (its background flushing stays on)."""
+
+    def __enter__(self):
+        from subsetsaver import npzfile
+
+        self._saved = npzfile._FSYNC
+        npzfile._FSYNC = False
+
+    def __exit__(self, *exc):
+        from subsetsaver import npzfile
+
+        npzfile._FSYNC = self._saved
+
+
+def bench_small(report, directory):
+    import tensorflow as tf
+
+    import subsetsaver as ss
+    from subsetsaver import portable
+
+    graph, saver, init, saver_build = small_graph()
+    start = time.perf_counter()
+    portable.prepare_npz(ss.everything(), graph)
+    prepare = time.perf_counter() - start
+    report(f"build restore ops, {SMALL_COUNT:,} small variables", prepare, saver_build,
+           "prepare_npz vs constructing the Saver (both at plan time)")
+    graph.finalize()
+    npz_path = os.path.join(directory, "portable_small.npz")
+    prefix = os.path.join(directory, "small")
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        ours, theirs = interleaved_best(lambda: portable.save_npz(sess, npz_path),
+                                        lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False))
+        report(f"save {SMALL_COUNT:,} small variables", ours, theirs, "")
+        theirs = timed(lambda: saver.restore(sess, prefix))
+        ours = timed(lambda: portable.restore_npz(sess, npz_path))
+        report(f"first restore, {SMALL_COUNT:,} small variables", ours, theirs, "target <= 2x")
+        ours, theirs = interleaved_best(lambda: portable.restore_npz(sess, npz_path),
+                                        lambda: saver.restore(sess, prefix), repeat=max(REPEAT, 5))
+        report(f"later restores, {SMALL_COUNT:,} small variables", ours, theirs, "target <= 1.5x")
+
+        ops_before = len(graph.get_operations())
+        ours = timed(lambda: [portable.restore_npz(sess, npz_path) for _ in range(100)])
+        ours_added = len(graph.get_operations()) - ops_before
+        theirs = timed(lambda: [saver.restore(sess, prefix) for _ in range(100)])
+        report(f"100 restores, {SMALL_COUNT:,} small variables", ours, theirs,
+               f"ops added: {ours_added} (graph finalized; {ops_before:,} ops)")
+
+
+MEMORY_CHILD = "--memory-child"
+
+
+def memory_child(mode, directory):
+    """In a fresh process: peak resident memory added by one save, in bytes (Linux VmHWM)."""
+    import tensorflow as tf
+
+    from subsetsaver import portable
+
+    graph, saver, init = large_graph()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        if mode == "npz":
+            portable.prepare_npz(None, graph)
+        before = _status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")  # resets VmHWM, the peak resident set size, to the current size
+        start = time.perf_counter()
+        if mode == "npz":
+            path = portable.save_npz(sess, os.path.join(directory, "portable_memory.npz"))
+            size = os.path.getsize(path)
+        else:
+            prefix = saver.save(sess, os.path.join(directory, "memory"), write_meta_graph=False, write_state=False)
+            size = checkpoint_bytes(prefix)
+        seconds = time.perf_counter() - start
+        peak = _status("VmHWM")
+    print(json.dumps({"extra": peak - before, "size": size, "seconds": seconds}))
+
+
+def _status(field):
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def bench_memory(report, directory):
+    results = {}
+    for mode in ("npz", "tf"):
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), MEMORY_CHILD, mode, directory],
+                              capture_output=True, text=True, check=True)
+        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    ours, theirs = results["npz"], results["tf"]
+    report(f"save peak memory, {LARGE_COUNT} x {LARGE_MB:g} MB", ours["seconds"], theirs["seconds"],
+           f"peak extra RSS: npz {ours['extra'] / 2**20:.0f} MB = {ours['extra'] / ours['size']:.2f}x its "
+           f"{ours['size'] / 2**20:.0f} MB file (target <= 2x); Saver {theirs['extra'] / 2**20:.0f} MB "
+           f"= {theirs['extra'] / theirs['size']:.2f}x")
+
+
+def run(report=print_line):
+    directory = tempfile.mkdtemp(prefix="bench_portable_")
+    try:
+        bench_large(report, directory)
+        bench_small(report, directory)
+        if os.path.exists("/proc/self/clear_refs"):
+            bench_memory(report, directory)
+        else:
+            report("save peak memory", 0.0, None, "skipped: needs Linux /proc/self/clear_refs")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == MEMORY_CHILD:
+        memory_child(sys.argv[2], sys.argv[3])
+    else:
+        run()
