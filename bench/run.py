@@ -1,21 +1,6 @@
-"""``python -m bench``: every benchmark line, each a ratio against TensorFlow in the same run."""
+"""``python bench/run.py``: the same as ``python -m bench``."""
 
-import importlib
 import os
-import sys
+import runpy
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.report import print_line  # noqa: E402
-
-MODULES = ["bench.bench_selectors"]
-
-
-def main(names=None):
-    for module_name in names or MODULES:
-        importlib.import_module(module_name).run(print_line)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py"), run_name="__main__")

@@ -183,7 +183,8 @@ _graph_cache = weakref.WeakKeyDictionary()
 
 def load(source=None) -> Catalog:
     """A catalog for ``source``: a tf.Graph (None: the default graph), a ``.meta`` file,
-    a checkpoint prefix or directory, or a catalog (returned as is)."""
+    a checkpoint prefix or directory, a Keras model (or ``(model, optimizer)``), or a
+    catalog (returned as is)."""
     if isinstance(source, Catalog):
         return source
     import tensorflow as tf
@@ -197,8 +198,15 @@ def load(source=None) -> Catalog:
         if path.endswith(".meta"):
             return _meta_catalog(path)
         return checkpoint_catalog(path)
+    from . import keras_catalog
+
+    if keras_catalog.is_keras_model(source):
+        return keras_catalog.load(source)
+    if isinstance(source, tuple) and len(source) == 2 and keras_catalog.is_keras_model(source[0]):
+        return keras_catalog.load(*source)  # (model, optimizer)
     raise TypeError(
-        f"cannot read variables from a {type(source).__name__}; pass a tf.Graph, a .meta file or a checkpoint"
+        f"cannot read variables from a {type(source).__name__}; "
+        "pass a tf.Graph, a .meta file, a checkpoint or a Keras model"
     )
 
 

@@ -211,3 +211,9 @@ def test_an_unbuilt_model_is_a_clear_error(tmp_path):
         ss_keras.save_npz(str(tmp_path / "x.npz"), model)
     assert str(error.value) == ("model 'lazy' has no variables yet; build it first (model.build(input_shape), "
                                 "or call it once on a batch)")
+
+
+def test_selectors_resolve_on_a_keras_model_through_the_catalog():
+    model = make_model()
+    assert ss.bn_stats().names(model) == ["bn/moving_mean", "bn/moving_variance"]
+    assert ss.trainable().names(model) == ["dense/kernel", "dense/bias", "bn/gamma", "bn/beta", "out/kernel", "out/bias"]
