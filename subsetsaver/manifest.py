@@ -22,6 +22,7 @@ import os
 import uuid
 
 from .errors import CorruptCheckpointError
+from .files import fsync_directory
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
@@ -130,11 +131,4 @@ def _write_atomically(path: str, text: str) -> None:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
-    try:
-        directory_descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the rename is still atomic
-        return
-    try:
-        os.fsync(directory_descriptor)
-    finally:
-        os.close(directory_descriptor)
+    fsync_directory(directory)

@@ -51,6 +51,7 @@ import uuid
 import zlib
 
 from .errors import CheckpointNotFoundError, CorruptCheckpointError, SubsetSaverError
+from .files import fsync_directory
 
 FORMAT = "subsetsaver.npz"
 FORMAT_VERSION = 1
@@ -471,14 +472,7 @@ class _LocalSink:
             os.fsync(self._file.fileno())
         self._file.close()
         os.replace(self.temporary, self.path)
-        try:
-            descriptor = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-        except OSError:  # some platforms cannot open a directory; the rename is still atomic
-            return
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        fsync_directory(os.path.dirname(self.path))
 
     def abort(self):
         if self._syncing is not None:

@@ -589,11 +589,9 @@ class Plan:
             if key not in contents:
                 problems.append(Problem("missing", name, key, shape, dtype, nearest=nearest.get(key)))
                 continue
-            found_shape, found_dtype = contents[key]
-            if not _compatible(shape, found_shape):
-                problems.append(Problem("shape", name, key, shape, dtype, found_shape, found_dtype))
-            elif dtype != found_dtype:
-                problems.append(Problem("dtype", name, key, shape, dtype, found_shape, found_dtype))
+            problem = compare_spec(name, key, shape, dtype, contents[key])
+            if problem is not None:
+                problems.append(problem)
         rest = set(self.rest_names)
         for key in unmatched:
             found_shape, found_dtype = contents[key]
@@ -644,7 +642,7 @@ class Plan:
                 sess.run([part.initializer for name in fallback + list(self.rest_names) for part in self._parts[name]])
         except tf.errors.OpError as error:
             raise CorruptCheckpointError(
-                f"restoring from '{prefix}' failed: {_first_line(error)}; variables may be partly restored, "
+                f"restoring from '{prefix}' failed: {first_line(error)}; variables may be partly restored, "
                 "restore again from a good checkpoint"
             ) from error
         self._confirm_initialized(sess, f"after restoring from '{prefix}'")
@@ -808,6 +806,17 @@ def _nearest_names(missing, candidates, remap) -> dict:
     return nearest
 
 
+def compare_spec(name, key, shape, dtype, found):
+    """The shape or dtype Problem of variable ``name`` against checkpoint entry ``found``
+    (``(shape, dtype)`` of ``key``), or None when they fit."""
+    found_shape, found_dtype = found
+    if not _compatible(shape, found_shape):
+        return Problem("shape", name, key, shape, dtype, found_shape, found_dtype)
+    if dtype != found_dtype:
+        return Problem("dtype", name, key, shape, dtype, found_shape, found_dtype)
+    return None
+
+
 def _compatible(expected, found) -> bool:
     if expected is None:
         return True
@@ -821,6 +830,6 @@ def _manifest_or_none(prefix):
         return None
 
 
-def _first_line(error) -> str:
+def first_line(error) -> str:
     text = getattr(error, "message", None) or str(error)
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__

@@ -36,7 +36,7 @@ from .errors import (
     SubsetSaverError,
     UninitializedVariablesError,
 )
-from .planner import CheckReport, Problem, RestoreReport
+from .planner import CheckReport, Problem, RestoreReport, compare_spec, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -613,11 +613,9 @@ class AverageRestorer:
             if key not in contents:
                 problems.append(Problem("missing", name, key, shape, dtype))
                 continue
-            found_shape, found_dtype = contents[key]
-            if not _compatible(shape, found_shape):
-                problems.append(Problem("shape", name, key, shape, dtype, found_shape, found_dtype))
-            elif dtype != found_dtype:
-                problems.append(Problem("dtype", name, key, shape, dtype, found_shape, found_dtype))
+            problem = compare_spec(name, key, shape, dtype, contents[key])
+            if problem is not None:
+                problems.append(problem)
         return CheckReport(checkpoint=prefix, selector=repr(self.plan.selector), problems=tuple(problems))
 
     def restore_or_initialize(self, sess, checkpoint) -> AverageRestoreReport:
@@ -648,7 +646,7 @@ class AverageRestorer:
             sess.run([plan.init_op] + fallback)
         except tf.errors.OpError as error:
             raise CorruptCheckpointError(
-                f"restoring from '{prefix}' failed: {_first_line(error)}; variables may be partly restored, "
+                f"restoring from '{prefix}' failed: {first_line(error)}; variables may be partly restored, "
                 "restore again from a good checkpoint"
             ) from error
         still = list(dict.fromkeys(self._logical.get(raw.decode(), raw.decode()) for raw in sess.run(self._uninitialized)))
@@ -681,14 +679,3 @@ class AverageRestorer:
 def _slice_spec(part) -> str:
     info = getattr(part, "_save_slice_info", None)
     return info.spec if info is not None else ""
-
-
-def _compatible(expected, found) -> bool:
-    if expected is None:
-        return True
-    return len(expected) == len(found) and all(e is None or e == f for e, f in zip(expected, found))
-
-
-def _first_line(error) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
