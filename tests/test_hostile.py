@@ -31,7 +31,6 @@ from subsetsaver import catalog as catalog_module
 from subsetsaver import npzfile, portable
 from subsetsaver.cli import main
 from subsetsaver.errors import (
-    CheckpointMismatchError,
     CorruptCheckpointError,
     SelectorSyntaxError,
     SubsetSaverError,
