@@ -9,7 +9,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import print_line  # noqa: E402
 
-MODULES = ["bench.bench_selectors", "bench.bench_planner", "bench.bench_audit", "bench.bench_portable"]
+MODULES = ["bench.bench_selectors", "bench.bench_planner", "bench.bench_audit", "bench.bench_portable",
+           "bench.bench_long_runs"]
 
 
 def main(names=None):
