@@ -5,12 +5,14 @@ ports and always stops; its teardown asserts that no process survives. Variables
 on the ps tasks by ``replica_device_setter``; ``embed/emb`` is split in 3 along axis 0 and
 ``wide/w`` in 2 along axis 1. A checkpoint saved from the cluster (sharded TF checkpoint, or
 a portable npz file) restores bit-exact into the cluster and into single-process graphs
-partitioned differently (2 parts along axis 0 and 3 along axis 0; and not at all).
+partitioned differently (embed/emb in 2 parts, wide/w in 3 along axis 0; and not at all).
 """
 
 import contextlib
 import os
+import signal
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -236,9 +238,6 @@ def test_an_npz_checkpoint_from_the_cluster_joins_partitions_and_splits_them_aga
 
 def test_a_hung_cluster_fails_fast_instead_of_hanging(cluster):
     """operation_timeout_in_ms: a ps task that stops answering costs seconds, not forever."""
-    import signal
-    import time
-
     graph, _ = cluster_graph(cluster)
     with graph.as_default():
         probe = tf.constant(1.0) + 1.0
