@@ -1,0 +1,235 @@
+"""Staged TensorFlow saves: a process that dies at any step of a save leaves a whole checkpoint.
+
+A child process (forked from a *zygote* that imported TensorFlow once) saves step 1 to a
+prefix, fills every variable with step 2's values and saves again, dying with
+``os._exit`` at one chosen step of :func:`subsetsaver.staging.save_staged`. The test then
+checks the directory: the state file names a whole checkpoint holding step 1 or step 2,
+a plan restores it bit-exact, and no ``.index`` under a final name is torn. The random
+SIGKILL trials are in ``test_crash_safety.py``; these cover every step deterministically.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import subsetsaver as ss
+from subsetsaver import manifest as manifest_module
+from subsetsaver import staging
+
+v1 = tf.compat.v1
+
+# step name -> where the child dies (see child_save)
+KILL_POINTS = ["before the state redirect", "after the state redirect", "after removing the old index",
+               "before linking the index", "before the final state", "before deleting old checkpoints"]
+
+
+def build(sharded=False):
+    """(graph, plan, fill op, step placeholder): a [1000] float, a partitioned [6, 50] and the global step."""
+    graph = tf.Graph()
+    with graph.as_default():
+        step = v1.placeholder(tf.int64, [], name="step")
+        weights = v1.get_variable("w", [1000], initializer=v1.zeros_initializer(), use_resource=True)
+        split = v1.get_variable("split", [6, 50], initializer=v1.zeros_initializer(),
+                                partitioner=v1.fixed_size_partitioner(2), use_resource=True)
+        global_step = v1.train.get_or_create_global_step()
+        value = tf.cast(step, tf.float32)
+        fill = tf.group(global_step.assign(step), weights.assign(tf.fill([1000], value)),
+                        *[part.assign(tf.fill(tf.shape(part), value + 0.5)) for part in split])
+    the_plan = ss.plan(ss.everything(), graph, max_to_keep=2, sharded=sharded)
+    graph.finalize()
+    return graph, the_plan, fill, step
+
+
+def child_save(directory, kill_point, sharded, numbered):
+    """Save step 1, then step 2 dying at ``kill_point`` (None: survive); numbered: model-1, model-2."""
+    graph, the_plan, fill, step = build(sharded)
+    state_writes = []
+    original_write_state, original_link_over = staging._write_state, staging._link_over
+
+    def write_state(saver, directory_, latest, all_paths, latest_filename):
+        state_writes.append(latest)
+        redirect = STAGING in os.path.basename(latest)
+        if (kill_point == "before the state redirect" and redirect) or (
+                kill_point == "before the final state" and not redirect):
+            os._exit(9)
+        original_write_state(saver, directory_, latest, all_paths, latest_filename)
+        if kill_point == "after the state redirect" and redirect:
+            os._exit(9)
+
+    def link_over(source, target, temporary):
+        if kill_point == "after removing the old index" or (
+                kill_point == "before linking the index" and target.endswith(".index")):
+            os._exit(9)
+        original_link_over(source, target, temporary)
+
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, None)
+        sess.run(fill, {step: 1})
+        the_plan.save(sess, os.path.join(directory, "model"), global_step=1 if numbered else None)
+        sess.run(fill, {step: 2})
+        staging._write_state, staging._link_over = write_state, link_over
+        saver = the_plan.saver
+        if kill_point == "before deleting old checkpoints":
+            saver._MaybeDeleteOldCheckpoints = lambda **_: os._exit(9)
+        the_plan.save(sess, os.path.join(directory, "model"), global_step=2 if numbered else None)
+    os._exit(0)
+
+
+STAGING = staging.STAGING_MARK
+
+
+ZYGOTE = """
+import json, os, sys
+sys.path[:0] = json.loads(sys.argv[1])
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow
+import subsetsaver
+import test_staging
+for line in sys.stdin:
+    trial = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            test_staging.child_save(**trial)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    process = subprocess.Popen([sys.executable, "-c", ZYGOTE, json.dumps(sys.path)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def run(**trial):
+        process.stdin.write(json.dumps(trial) + "\n")
+        process.stdin.flush()
+        return int(process.stdout.readline())
+
+    try:
+        yield run
+    finally:
+        process.stdin.close()
+        process.wait(60)
+
+
+def read_checkpoint(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def assert_step(values, step, where):
+    assert sorted(values) == ["global_step", "split", "w"], where
+    assert values["global_step"] == step, f"{where}: global_step {values['global_step']}, not {step}"
+    assert np.array_equal(values["w"], np.full([1000], step, np.float32)), where
+    assert np.array_equal(values["split"], np.full([6, 50], step + 0.5, np.float32)), where
+
+
+@pytest.fixture(scope="module")
+def checker():
+    graph, the_plan, _, _ = build()
+    with v1.Session(graph=graph) as sess:
+        def restore(directory):
+            report = the_plan.restore_or_initialize(sess, directory)
+            fetched = sess.run({name: the_plan.catalog.variables([name]) for name in the_plan.catalog.ordered_names})
+            values = {name: np.concatenate(parts) if len(parts) > 1 else parts[0] for name, parts in fetched.items()}
+            return report, values
+
+        yield restore
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["SaveV2", "sharded"])
+@pytest.mark.parametrize("kill_point", KILL_POINTS)
+def test_a_kill_at_any_step_of_an_overwrite_leaves_a_whole_checkpoint(zygote, checker, tmp_path, kill_point,
+                                                                       sharded):
+    assert zygote(directory=str(tmp_path), kill_point=kill_point, sharded=sharded, numbered=False) == 9
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest is not None, os.listdir(tmp_path)
+    report, values = checker(str(tmp_path))
+    assert report.checkpoint == latest
+    point = KILL_POINTS.index(kill_point)
+    assert_step(values, 1 if point == 0 else 2, kill_point)
+    # from the redirect until the final state, the state file names the staged copy
+    assert (STAGING in os.path.basename(latest)) == (1 <= point <= 4), latest
+    final = str(tmp_path / "model")
+    in_final = [1, 1, None, None, 2, 2][point]  # the old .index goes before the new one comes
+    if in_final is None:
+        assert not os.path.exists(final + ".index")
+    else:
+        assert_step(read_checkpoint(final), in_final, "the final name")
+
+
+@pytest.mark.parametrize("kill_point", KILL_POINTS[3:])
+def test_a_kill_during_a_numbered_save_keeps_the_previous_checkpoint(zygote, checker, tmp_path, kill_point):
+    assert zygote(directory=str(tmp_path), kill_point=kill_point, sharded=False, numbered=True) == 9
+    report, values = checker(str(tmp_path))
+    step = 2 if kill_point == "before deleting old checkpoints" else 1
+    assert report.checkpoint == str(tmp_path / f"model-{step}")
+    assert_step(values, step, kill_point)
+    assert_step(read_checkpoint(str(tmp_path / "model-1")), 1, "model-1")
+    if os.path.exists(tmp_path / "model-2.index"):  # published: whole
+        assert_step(read_checkpoint(str(tmp_path / "model-2")), 2, "model-2")
+
+
+def test_the_next_save_removes_what_a_killed_save_left_and_matches_the_savers_files(zygote, tmp_path):
+    assert zygote(directory=str(tmp_path), kill_point="before linking the index", sharded=True, numbered=True) == 9
+    left = sorted(name for name in os.listdir(tmp_path) if STAGING in name)
+    assert left, "the killed save left no staged files to clean up"
+    assert zygote(directory=str(tmp_path), kill_point=None, sharded=False, numbered=True) == 0
+    names = sorted(os.listdir(tmp_path))
+    assert not [name for name in names if STAGING in name], names
+    # max_to_keep=2 kept model-1 and model-2 of the surviving process; the dead process's model-2
+    # .data shards were replaced by the survivor's
+    assert names == ["checkpoint", "model-1.data-00000-of-00001", "model-1.index", "model-1.meta",
+                     "model-1.subset.json", "model-2.data-00000-of-00001", "model-2.index", "model-2.meta",
+                     "model-2.subset.json"]
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert state.model_checkpoint_path == str(tmp_path / "model-2")
+    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model-1"), str(tmp_path / "model-2")]
+
+
+def test_staged_files_of_a_live_process_or_another_host_are_left_alone(tmp_path):
+    mine = staging.staging_prefix(str(tmp_path / "model-3"))
+    other_host = str(tmp_path / ".model-4.staging-elsewhere-1-0123abcd")
+    dead = str(tmp_path / f".model-5.staging-{staging.socket.gethostname()}-999999999-89abcdef")
+    for prefix in (mine, other_host, dead):
+        for suffix in (".index", ".data-00000-of-00001"):
+            (tmp_path / (os.path.basename(prefix) + suffix)).write_bytes(b"x")
+    os.makedirs(dead + "_temp")
+    assert staging.remove_abandoned(str(tmp_path)) == [dead]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) + s for p in (mine, other_host)
+                                                  for s in (".index", ".data-00000-of-00001"))
+
+
+def test_max_to_keep_retires_manifests_with_their_checkpoints(tmp_path):
+    graph, the_plan, fill, step = build()
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, None)
+        for value in (1, 2, 3):
+            sess.run(fill, {step: value})
+            the_plan.save(sess, str(tmp_path / "model"), global_step=value, write_meta_graph=False)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-2.data-00000-of-00001", "model-2.index",
+                                            "model-2.subset.json", "model-3.data-00000-of-00001", "model-3.index",
+                                            "model-3.subset.json"]
+    assert manifest_module.read_manifest(str(tmp_path / "model-2"))["checkpoint"] == "model-2"
+
+
+def test_a_rewritten_prefix_keeps_its_manifest_and_the_state_lists_it_once(tmp_path):
+    graph, the_plan, fill, step = build()
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, None)
+        for value in (1, 2, 3):
+            sess.run(fill, {step: value})
+            the_plan.save(sess, str(tmp_path / "model"), global_step=1 if value < 3 else 2)
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model-1"), str(tmp_path / "model-2")]
+    assert_step(read_checkpoint(str(tmp_path / "model-1")), 2, "model-1 rewritten")
+    for prefix in ("model-1", "model-2"):
+        assert manifest_module.read_manifest(str(tmp_path / prefix))["checkpoint"] == prefix
