@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import warnings
 
 from . import manifest as manifest_module
 from . import sizes as sizes_module
@@ -31,6 +32,7 @@ from .errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     EmptySelectionError,
+    SubsetSaverWarning,
     UninitializedVariablesError,
 )
 from .selectors import Selector, format_bytes
@@ -198,10 +200,12 @@ class TfBackend:
     ``restore(sess, prefix, names=None)``: load every variable (``names=None``) or only
         those checkpoint names, in one ``session.run``, creating no op.
     ``latest_checkpoint(directory) -> prefix | None``.
+    ``checkpoints(directory) -> [prefix, ...]``: the ones a restore may fall back to, latest first.
     ``prefix(path) -> prefix``: a prefix, directory or file of a checkpoint -> its prefix
         (CheckpointNotFoundError when there is none).
     ``contents(prefix) -> {checkpoint name: (shape tuple, dtype name)}``.
     ``last_checkpoints``: prefixes the backend still keeps (older ones were deleted).
+    ``max_to_keep``: how many it keeps (0 or None: all). ``exists(prefix) -> bool``.
     """
 
     name = "tf"
@@ -223,9 +227,11 @@ class TfBackend:
                         self._partial[key] = _restore_op(self._prefix_feed, key, parts)
 
     def save(self, sess, save_path, global_step=None, **options) -> str:
+        from .staging import save_staged
+
         # Outside its graph's context, Saver.save would take the eager path and fail.
         with sess.graph.as_default():
-            return self.saver.save(sess, save_path, global_step=global_step, **options)
+            return save_staged(self.saver, sess, save_path, global_step, **options)
 
     def restore(self, sess, prefix, names=None):
         saver_def = self.saver.saver_def
@@ -238,11 +244,31 @@ class TfBackend:
     def last_checkpoints(self) -> list:
         return list(self.saver.last_checkpoints)
 
+    @property
+    def max_to_keep(self):
+        return self.saver.saver_def.max_to_keep
+
     @staticmethod
     def latest_checkpoint(directory):
         import tensorflow as tf
 
         return tf.train.latest_checkpoint(directory)
+
+    @staticmethod
+    def exists(prefix) -> bool:
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(prefix + ".index")
+
+    @staticmethod
+    def checkpoints(directory) -> list:
+        """The checkpoints the state file of ``directory`` lists, latest first."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(directory)  # paths joined to the directory
+        if state is None or not state.model_checkpoint_path:
+            return []
+        return list(dict.fromkeys([state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]))
 
     @staticmethod
     def prefix(path) -> str:
@@ -615,15 +641,38 @@ class Plan:
         reshaped or retyped variable raises one CheckpointMismatchError before a variable
         is touched. The saved variables are restored before the rest is initialized, so
         initializers that read them (moving averages of weights) see restored values.
+        Given a directory, a damaged latest checkpoint (torn by a crash, truncated,
+        failing its checksums) is skipped with a ``SubsetSaverWarning`` and the next
+        newest one the directory lists is restored; CorruptCheckpointError if none is whole.
         """
+        import tensorflow as tf
+
         self._check_session(sess)
-        prefix = self._resolve(checkpoint)
-        if self._averages is not None and prefix is not None:
+        path = None if checkpoint is None else os.fspath(checkpoint)
+        if path is not None and not tf.io.gfile.isdir(path):
+            return self._restore_from(sess, self.backend.prefix(path))
+        damaged = []
+        for prefix in self.backend.checkpoints(path) if path is not None else ():
+            if damaged:
+                warnings.warn(f"skipped damaged checkpoint '{damaged[-1][0]}' ({first_line(damaged[-1][1])}); "
+                              f"restoring '{prefix}'", SubsetSaverWarning, stacklevel=2)
+            try:
+                return self._restore_from(sess, prefix)
+            except CorruptCheckpointError as error:
+                damaged.append((prefix, error))
+        if len(damaged) == 1:
+            raise damaged[0][1]
+        if damaged:
+            listing = "\n".join(f"  '{prefix}': {first_line(error)}" for prefix, error in damaged)
+            raise CorruptCheckpointError(f"no checkpoint in '{path}' is whole; each failed:\n{listing}\n"
+                                         "restore from a copy, or pass None to start from initial values")
+        sess.run(self._initialize_all)
+        self._confirm_initialized(sess, "after initializing")
+        return RestoreReport(None, (), tuple(self.catalog.ordered_names))
+
+    def _restore_from(self, sess, prefix) -> RestoreReport:
+        if self._averages is not None:
             return self._averages.restore_or_initialize(sess, prefix)
-        if prefix is None:
-            sess.run(self._initialize_all)
-            self._confirm_initialized(sess, "after initializing")
-            return RestoreReport(None, (), tuple(self.catalog.ordered_names))
         report = self._check(prefix)
         mismatched = report.blocking
         if mismatched and self.on_mismatch == "error":
@@ -664,7 +713,12 @@ class Plan:
             raise CheckpointNotFoundError(
                 f"cannot save to '{save_path}': directory '{parent}' does not exist; create it first"
             )
-        before = set(self.backend.last_checkpoints)
+        # The manifests of the checkpoints this save may retire go first: a crash must not leave
+        # a manifest beside a deleted checkpoint (a checkpoint without its manifest is harmless).
+        retiring = self._retiring()
+        kept_manifests = {prefix: _manifest_or_none(prefix) for prefix in retiring}
+        for prefix in retiring:
+            manifest_module.remove_manifest(prefix)
         try:
             prefix = self.backend.save(sess, save_path, global_step, **options)
         except tf.errors.FailedPreconditionError as error:
@@ -678,9 +732,17 @@ class Plan:
                 names,
             ) from error
         manifest_module.write_manifest(prefix, self._manifest_content())
-        for retired in before - set(self.backend.last_checkpoints):
-            manifest_module.remove_manifest(retired)
+        for old, content in kept_manifests.items():  # still kept (a rewrite, keep_checkpoint_every_n_hours)
+            if content is not None and old != prefix and self.backend.exists(old):
+                manifest_module.write_manifest(old, content)
         return prefix
+
+    def _retiring(self) -> list:
+        """The checkpoints the next save deletes if it writes a new one (the oldest past max_to_keep)."""
+        kept = self.backend.last_checkpoints
+        if not self.backend.max_to_keep:
+            return []
+        return kept[:max(0, len(kept) + 1 - self.backend.max_to_keep)]
 
     def scaffold(self, warm_start=None, *, resume_from=None, **scaffold_kwargs):
         """A ``tf.compat.v1.train.Scaffold`` for ``MonitoredTrainingSession``: its Saver is
@@ -731,16 +793,6 @@ class Plan:
                 f"{len(self.rest_names)} initialized ({format_bytes(self.sizes.rest_bytes)})>")
 
     # -- helpers -----------------------------------------------------------------------
-    def _resolve(self, checkpoint):
-        import tensorflow as tf
-
-        if checkpoint is None:
-            return None
-        path = os.fspath(checkpoint)
-        if tf.io.gfile.isdir(path):
-            return self.backend.latest_checkpoint(path)
-        return self.backend.prefix(path)
-
     def _check_session(self, sess):
         if getattr(sess, "graph", None) is not self.graph:
             raise ValueError(
@@ -830,6 +882,15 @@ def _manifest_or_none(prefix):
         return None
 
 
+_TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
+
+
 def first_line(error) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    """The line of an error that says what went wrong; for a TensorFlow OpError, its cause
+    (e.g. "... Checksum does not match ...") rather than "Graph execution error:"."""
+    text = (getattr(error, "message", None) or str(error)).strip()
+    lines = [line for line in text.splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith(_TENSORFLOW_NOISE)]
+    if lines:
+        return lines[0]
+    return text.splitlines()[0] if text else type(error).__name__

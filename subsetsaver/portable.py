@@ -597,6 +597,22 @@ class NpzBackend:
         return None
 
     @classmethod
+    def checkpoints(cls, directory, latest_filename=None):
+        """The complete ``.npz`` files of ``directory`` (a generator): the latest, then by step."""
+        directory = os.fspath(directory)
+        latest = cls.latest_checkpoint(directory, latest_filename)
+        if latest is None:
+            return
+        yield latest
+        yield from (path for path in _candidates(directory) if path != latest and _complete(path))
+
+    @staticmethod
+    def exists(prefix) -> bool:
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(prefix)
+
+    @classmethod
     def prefix(cls, path) -> str:
         """The ``.npz`` file behind ``path``: the file, ``path + '.npz'``, or a directory's latest."""
         import tensorflow as tf
