@@ -36,6 +36,7 @@ from .errors import (
     UninitializedVariablesError,
 )
 from .selectors import Selector, format_bytes
+from .staging import staged_saver_class
 
 ON_MISMATCH = ("error", "initialize")
 _LISTED_UNEXPECTED = 20
@@ -187,7 +188,8 @@ def _spec_text(shape, dtype) -> str:
 
 
 class TfBackend:
-    """Writes and reads TensorFlow V2 checkpoints with ``tf.compat.v1.train.Saver``.
+    """Writes and reads TensorFlow V2 checkpoints with a ``tf.compat.v1.train.Saver``
+    whose saves are staged (:mod:`subsetsaver.staging`): a kill never tears one.
 
     The backend interface (a colleague's ``backend='npz'`` implements the same):
 
@@ -218,7 +220,7 @@ class TfBackend:
         var_list = {key: parts if len(parts) > 1 or _is_slice(parts[0]) else parts[0]
                     for key, parts in variables.items()}
         with graph.as_default():
-            self.saver = tf.compat.v1.train.Saver(var_list, **options)
+            self.saver = staged_saver_class()(var_list, **options)
             self._partial = {}
             if partial_restore:
                 with tf.compat.v1.name_scope("subsetsaver_restore_some"):
@@ -227,11 +229,9 @@ class TfBackend:
                         self._partial[key] = _restore_op(self._prefix_feed, key, parts)
 
     def save(self, sess, save_path, global_step=None, **options) -> str:
-        from .staging import save_staged
-
         # Outside its graph's context, Saver.save would take the eager path and fail.
         with sess.graph.as_default():
-            return save_staged(self.saver, sess, save_path, global_step, **options)
+            return self.saver.save(sess, save_path, global_step=global_step, **options)
 
     def restore(self, sess, prefix, names=None):
         saver_def = self.saver.saver_def

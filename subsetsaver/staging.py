@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import glob
 import numbers
 import os
@@ -41,19 +42,41 @@ from .files import fsync_directory
 STAGING_MARK = ".staging-"
 
 
+@functools.lru_cache(maxsize=None)
+def staged_saver_class():
+    """``tf.compat.v1.train.Saver`` whose ``save`` is :func:`save_staged` (so also the saves a
+    ``MonitoredTrainingSession``'s CheckpointSaverHook makes through a plan's scaffold)."""
+    import tensorflow as tf
+
+    class StagedSaver(tf.compat.v1.train.Saver):
+        """A Saver whose save() never leaves a torn checkpoint; see :mod:`subsetsaver.staging`."""
+
+        def save(self, sess, save_path, global_step=None, latest_filename=None, meta_graph_suffix="meta",
+                 write_meta_graph=True, write_state=True, strip_default_attrs=False, save_debug_info=False):
+            return save_staged(self, sess, save_path, global_step, latest_filename=latest_filename,
+                               meta_graph_suffix=meta_graph_suffix, write_meta_graph=write_meta_graph,
+                               write_state=write_state, strip_default_attrs=strip_default_attrs,
+                               save_debug_info=save_debug_info)
+
+    return StagedSaver
+
+
 def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=None, meta_graph_suffix="meta",
                 write_meta_graph=True, write_state=True, strip_default_attrs=False, save_debug_info=False) -> str:
     """``saver.save(sess, save_path, global_step, ...)`` that never leaves a torn checkpoint; returns the prefix."""
+    import tensorflow as tf
+
+    write = functools.partial(tf.compat.v1.train.Saver.save, saver, sess)  # the Saver's own save, not a subclass's
+    save_path = os.fspath(save_path)
     if "://" in save_path:
-        return saver.save(sess, save_path, global_step, latest_filename=latest_filename,
-                          meta_graph_suffix=meta_graph_suffix, write_meta_graph=write_meta_graph,
-                          write_state=write_state, strip_default_attrs=strip_default_attrs,
-                          save_debug_info=save_debug_info)
+        return write(save_path, global_step, latest_filename=latest_filename, meta_graph_suffix=meta_graph_suffix,
+                     write_meta_graph=write_meta_graph, write_state=write_state,
+                     strip_default_attrs=strip_default_attrs, save_debug_info=save_debug_info)
     final = checkpoint_prefix(saver, sess, save_path, global_step)
     staged = staging_prefix(final)
     directory = os.path.dirname(final)
     try:
-        saver.save(sess, staged, write_meta_graph=False, write_state=False)
+        write(staged, write_meta_graph=False, write_state=False)
         if write_meta_graph:
             saver.export_meta_graph(f"{final}.{meta_graph_suffix}", strip_default_attrs=strip_default_attrs,
                                     save_debug_info=save_debug_info)
@@ -94,7 +117,7 @@ def staging_prefix(final) -> str:
     return os.path.join(directory, f".{base}{STAGING_MARK}{owner}-{uuid.uuid4().hex[:8]}")
 
 
-_STAGED_FILE = re.compile(r"^(\..+\.staging-(.+)-(\d+)-[0-9a-f]{8})(?:-link)?(\.index|\.data-\d{5}-of-\d{5}|_temp)$")
+_STAGED_FILE = re.compile(r"^(\..+\.staging-(.+)-(\d+)-[0-9a-f]{8})(?:-link)?(\.index|\.data-\d{5}-of-\d{5}|_temp)(?:\.tempstate\d+)?$")
 
 
 def remove_abandoned(directory) -> list:
@@ -128,7 +151,8 @@ def data_files(prefix) -> list:
 def remove_checkpoint_files(prefix) -> None:
     """Delete ``prefix``'s .index, data shards and sharded-save temporary directory, if any."""
     linking = prefix + "-link"
-    for path in [prefix + ".index", linking + ".index"] + data_files(prefix) + data_files(linking):
+    temporary = glob.glob(glob.escape(prefix) + "*.tempstate*")  # SaveV2's own, of a save killed midway
+    for path in [prefix + ".index", linking + ".index"] + data_files(prefix) + data_files(linking) + temporary:
         try:
             os.remove(path)
         except FileNotFoundError:

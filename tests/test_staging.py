@@ -28,7 +28,7 @@ KILL_POINTS = ["before the state redirect", "after the state redirect", "after r
                "before linking the index", "before the final state", "before deleting old checkpoints"]
 
 
-def build(sharded=False):
+def build(sharded=False, finalize=True):
     """(graph, plan, fill op, step placeholder): a [1000] float, a partitioned [6, 50] and the global step."""
     graph = tf.Graph()
     with graph.as_default():
@@ -41,7 +41,8 @@ def build(sharded=False):
         fill = tf.group(global_step.assign(step), weights.assign(tf.fill([1000], value)),
                         *[part.assign(tf.fill(tf.shape(part), value + 0.5)) for part in split])
     the_plan = ss.plan(ss.everything(), graph, max_to_keep=2, sharded=sharded)
-    graph.finalize()
+    if finalize:
+        graph.finalize()
     return graph, the_plan, fill, step
 
 
@@ -203,6 +204,7 @@ def test_staged_files_of_a_live_process_or_another_host_are_left_alone(tmp_path)
         for suffix in (".index", ".data-00000-of-00001"):
             (tmp_path / (os.path.basename(prefix) + suffix)).write_bytes(b"x")
     os.makedirs(dead + "_temp")
+    (tmp_path / (os.path.basename(dead) + ".data-00000-of-00001.tempstate123")).write_bytes(b"x")  # SaveV2's own
     assert staging.remove_abandoned(str(tmp_path)) == [dead]
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) + s for p in (mine, other_host)
                                                   for s in (".index", ".data-00000-of-00001"))
@@ -233,3 +235,24 @@ def test_a_rewritten_prefix_keeps_its_manifest_and_the_state_lists_it_once(tmp_p
     assert_step(read_checkpoint(str(tmp_path / "model-1")), 2, "model-1 rewritten")
     for prefix in ("model-1", "model-2"):
         assert manifest_module.read_manifest(str(tmp_path / prefix))["checkpoint"] == prefix
+
+
+def test_monitored_training_session_saves_through_the_staged_saver(tmp_path, monkeypatch):
+    """The scaffold hands plan.saver to MonitoredTrainingSession: its CheckpointSaverHook's saves are staged too."""
+    staged = []
+    original = staging.staging_prefix
+    monkeypatch.setattr(staging, "staging_prefix", lambda final: staged.append(final) or original(final))
+    graph, the_plan, fill, step = build(finalize=False)
+    assert isinstance(the_plan.saver, v1.train.Saver)
+    with graph.as_default():
+        increment = v1.assign_add(v1.train.get_global_step(), 1)
+    scaffold = the_plan.scaffold()
+    with graph.as_default(), v1.train.MonitoredTrainingSession(
+            checkpoint_dir=str(tmp_path), scaffold=scaffold, save_checkpoint_steps=2) as sess:
+        for _ in range(5):
+            sess.run(increment)
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    written = [str(tmp_path / f"model.ckpt-{n}") for n in (0, 2, 4, 5)]  # at creation, every 2 steps, at the end
+    assert staged == written
+    assert list(state.all_model_checkpoint_paths) == written[-2:]  # max_to_keep=2
+    assert not [name for name in os.listdir(tmp_path) if STAGING in name]
