@@ -19,10 +19,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import uuid
 
 from .errors import CorruptCheckpointError
-from .files import fsync_directory
+from .files import fsync_directory, temporary_name
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
@@ -106,7 +105,7 @@ def remove_manifest(prefix) -> None:
 
 
 def _write_atomically(path: str, text: str) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    temporary = temporary_name(path)
     if "://" in path:
         # Object stores (gs://, s3://) publish an object only when it is closed: no fsync needed.
         import tensorflow as tf

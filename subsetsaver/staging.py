@@ -7,7 +7,7 @@ leaves a torn checkpoint under the final name, and when the save overwrote a pre
 ``global_step``) the only checkpoint there was is gone.
 
 Here the Saver writes to a hidden staging prefix beside the target
-(``.model-100.staging-PID-RANDOM``). The staged files are then linked under the final
+(``.model-100.tmp-HOST-PID-RANDOM``). The staged files are then linked under the final
 names, the ``.index`` last: a checkpoint exists once its ``.index`` does, so no reader
 ever sees a mix of old and new files. An overwrite first points the state file at the
 complete staged copy and removes the old ``.index``, so at every moment the state file
@@ -32,14 +32,9 @@ import functools
 import glob
 import numbers
 import os
-import re
 import shutil
-import socket
-import uuid
 
-from .files import fsync_directory
-
-STAGING_MARK = ".staging-"
+from .files import fsync_directory, remove_abandoned, temporary_name
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,36 +106,9 @@ def checkpoint_prefix(saver, sess, save_path, global_step) -> str:
 
 
 def staging_prefix(final) -> str:
-    """A hidden, unique prefix beside ``final``: ``DIR/.BASE.staging-HOST-PID-RANDOM``."""
+    """A hidden, unique prefix beside ``final``: ``DIR/.BASE.tmp-HOST-PID-RANDOM``."""
     directory, base = os.path.split(final)
-    owner = f"{socket.gethostname()}-{os.getpid()}"
-    return os.path.join(directory, f".{base}{STAGING_MARK}{owner}-{uuid.uuid4().hex[:8]}")
-
-
-_STAGED_FILE = re.compile(r"^(\..+\.staging-(.+)-(\d+)-[0-9a-f]{8})(?:-link)?(\.index|\.data-\d{5}-of-\d{5}|_temp)(?:\.tempstate\d+)?$")
-
-
-def remove_abandoned(directory) -> list:
-    """Delete what saves killed midway left in ``directory``: staged files of processes of this
-    host that no longer run (another host's, and live processes', are left alone). Returns their prefixes."""
-    host, abandoned = socket.gethostname(), set()
-    for name in os.listdir(directory or "."):
-        match = _STAGED_FILE.match(name)
-        if match and match.group(2) == host and not _running(int(match.group(3))):
-            abandoned.add(os.path.join(directory, match.group(1)))
-    for prefix in abandoned:
-        remove_checkpoint_files(prefix)
-    return sorted(abandoned)
-
-
-def _running(pid) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+    return os.path.join(directory, "." + temporary_name(base))
 
 
 def data_files(prefix) -> list:

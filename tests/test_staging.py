@@ -10,6 +10,7 @@ SIGKILL trials are in ``test_crash_safety.py``; these cover every step determini
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -18,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
+from subsetsaver import files, staging
 from subsetsaver import manifest as manifest_module
-from subsetsaver import staging
 
 v1 = tf.compat.v1
 
@@ -81,7 +82,7 @@ def child_save(directory, kill_point, sharded, numbered):
     os._exit(0)
 
 
-STAGING = staging.STAGING_MARK
+STAGING = files.TEMPORARY_MARK
 
 
 ZYGOTE = """
@@ -196,18 +197,19 @@ def test_the_next_save_removes_what_a_killed_save_left_and_matches_the_savers_fi
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model-1"), str(tmp_path / "model-2")]
 
 
-def test_staged_files_of_a_live_process_or_another_host_are_left_alone(tmp_path):
-    mine = staging.staging_prefix(str(tmp_path / "model-3"))
-    other_host = str(tmp_path / ".model-4.staging-elsewhere-1-0123abcd")
-    dead = str(tmp_path / f".model-5.staging-{staging.socket.gethostname()}-999999999-89abcdef")
-    for prefix in (mine, other_host, dead):
-        for suffix in (".index", ".data-00000-of-00001"):
-            (tmp_path / (os.path.basename(prefix) + suffix)).write_bytes(b"x")
-    os.makedirs(dead + "_temp")
-    (tmp_path / (os.path.basename(dead) + ".data-00000-of-00001.tempstate123")).write_bytes(b"x")  # SaveV2's own
-    assert staging.remove_abandoned(str(tmp_path)) == [dead]
-    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) + s for p in (mine, other_host)
-                                                  for s in (".index", ".data-00000-of-00001"))
+def test_temporaries_of_a_live_process_or_another_host_are_left_alone(tmp_path):
+    host = socket.gethostname()
+    mine = os.path.basename(staging.staging_prefix(str(tmp_path / "model-3")))
+    other_host = ".model-4.tmp-elsewhere-1-0123abcd"
+    dead = f".model-5.tmp-{host}-999999999-89abcdef"
+    left = [name + suffix for name in (mine, other_host) for suffix in (".index", ".data-00000-of-00001")]
+    abandoned = [dead + ".index", dead + "-link.data-00000-of-00001", dead + ".data-00000-of-00001.tempstate123",
+                 f"model-5.subset.json.tmp-{host}-999999999-0a1b2c3d", f"model-6.npz.tmp-{host}-999999999-4e5f6a7b"]
+    for name in left + abandoned + ["model-7.tmp-notes.txt"]:
+        (tmp_path / name).write_bytes(b"x")
+    os.makedirs(tmp_path / (dead + "_temp"))
+    assert files.remove_abandoned(str(tmp_path)) == sorted(abandoned + [dead + "_temp"])
+    assert sorted(os.listdir(tmp_path)) == sorted(left + ["model-7.tmp-notes.txt"])
 
 
 def test_max_to_keep_retires_manifests_with_their_checkpoints(tmp_path):
