@@ -23,6 +23,7 @@ import os
 import weakref
 
 from .errors import CheckpointNotFoundError, CorruptCheckpointError
+from .index_check import check_declared_sizes, file_bytes
 from .roles import Roles, roles_from_graph, roles_from_names
 
 GLOBAL_VARIABLES = "variables"
@@ -294,16 +295,60 @@ def _meta_catalog(path) -> Catalog:
 
     if not tf.io.gfile.exists(path):
         raise CheckpointNotFoundError(f"no MetaGraph file at '{path}'")
+    meta = _read_meta_graph(path)
     graph = tf.Graph()
     try:
         with graph.as_default():
-            tf.compat.v1.train.import_meta_graph(path, clear_devices=True)
+            tf.compat.v1.train.import_meta_graph(meta, clear_devices=True)
     except Exception as error:  # protobuf and TensorFlow raise many unrelated types here
-        raise CorruptCheckpointError(
-            f"'{path}' is not a readable MetaGraph file ({type(error).__name__}: {error}); "
-            "pass the .meta file that tf.compat.v1.train.Saver.save wrote"
-        ) from error
+        raise CorruptCheckpointError(_unreadable_meta(path, error)) from error
     return _read_graph(graph, kind="meta")
+
+
+_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+_PASS_A_META_FILE = "pass the .meta file that tf.compat.v1.train.Saver.save wrote"
+
+
+def _read_meta_graph(path):
+    """The MetaGraphDef in ``path`` (binary or text, as TensorFlow reads it), refused when damaged
+    in a way that would still import: empty, or cut before the collections that list the variables
+    (a clean cut at a field boundary parses; the graph then seems to have no variables)."""
+    import tensorflow as tf
+    from tensorflow.python.framework import meta_graph
+
+    if tf.io.gfile.stat(path).length == 0:
+        raise CorruptCheckpointError(f"'{path}' is empty (0 bytes), not a MetaGraph file; {_PASS_A_META_FILE}")
+    try:
+        meta = meta_graph.read_meta_graph_file(path)
+    except UnicodeDecodeError as error:  # neither binary nor text: the binary parser's reason is the useful one
+        raise CorruptCheckpointError(_unreadable_meta(path, _binary_parse_error(path) or error)) from error
+    except Exception as error:  # IOError, text_format.ParseError, ...
+        raise CorruptCheckpointError(_unreadable_meta(path, error)) from error
+    if not meta.HasField("graph_def"):
+        raise CorruptCheckpointError(f"'{path}' is truncated: it ends before its graph; {_PASS_A_META_FILE}")
+    variables = [node.name for node in meta.graph_def.node if node.op in _VARIABLE_OPS]
+    if variables and not meta.collection_def:
+        shown = ", ".join(f"'{name}'" for name in variables[:3]) + (", ..." if len(variables) > 3 else "")
+        raise CorruptCheckpointError(
+            f"'{path}' is truncated: its graph has {len(variables)} variable{'s' if len(variables) != 1 else ''} "
+            f"({shown}) but the file ends before the collections that list them; {_PASS_A_META_FILE}, whole"
+        )
+    return meta
+
+
+def _binary_parse_error(path):
+    import tensorflow as tf
+
+    try:
+        tf.compat.v1.MetaGraphDef.FromString(file_bytes(path))
+    except Exception as error:  # google.protobuf.message.DecodeError
+        return error
+    return None
+
+
+def _unreadable_meta(path, error) -> str:
+    return (f"'{path}' is not a readable MetaGraph file ({type(error).__name__}: {error}); "
+            f"{_PASS_A_META_FILE}")
 
 
 def checkpoint_prefix(path) -> str:
@@ -349,14 +394,25 @@ def checkpoint_catalog(path) -> Catalog:
 
 
 def open_checkpoint(prefix):
-    """A ``CheckpointReader`` for ``prefix``, or a CorruptCheckpointError that says why not."""
+    """A ``CheckpointReader`` for ``prefix``, or a CorruptCheckpointError that says why not.
+
+    Every tensor's declared size is checked against the bytes the checkpoint stores for it
+    (see :func:`check_declared_sizes`): TensorFlow allocates a tensor's declared shape before
+    it compares sizes, so an ``.index`` declaring 8 GiB over a 2 MiB ``.data`` file would
+    exhaust memory on restore instead of failing.
+
+    >>> open_checkpoint('train/model-9000').get_variable_to_shape_map()['conv_1/w']
+    [5, 5, 1, 32]
+    """
     import tensorflow as tf
 
     try:
-        return tf.train.load_checkpoint(prefix)
+        reader = tf.train.load_checkpoint(prefix)
     except (tf.errors.OpError, ValueError) as error:
         message = getattr(error, "message", str(error)).strip().splitlines()[0]
         raise CorruptCheckpointError(f"cannot read checkpoint '{prefix}': {message}") from error
+    check_declared_sizes(prefix, reader)
+    return reader
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,6 +8,8 @@ Example::
         print(error)
 """
 
+import re
+
 
 class SubsetSaverError(Exception):
     """Root of every error subsetsaver raises on purpose."""
@@ -55,3 +57,18 @@ class UninitializedVariablesError(SubsetSaverError, RuntimeError):
     def __init__(self, message, names=()):
         self.names = tuple(names)
         super().__init__(message)
+
+
+class BacktrackingRegexError(SelectorSyntaxError, re.error):
+    """A ``regex()`` pattern refused because Python's ``re`` can backtrack exponentially on it.
+
+    Also a ``re.error``, like every pattern ``regex()`` refuses, so ``parse`` reports it as an
+    invalid regular expression at its argument. ``pattern`` and ``pos`` (as in ``re.error``) point
+    at the repetition or alternation whose choice the next character does not decide.
+    """
+
+    def __init__(self, message, pattern, position):
+        SelectorSyntaxError.__init__(self, message)
+        self.msg, self.pattern, self.pos = message, pattern, position
+        self.lineno = pattern.count("\n", 0, position) + 1
+        self.colno = position - pattern.rfind("\n", 0, position)

@@ -255,13 +255,21 @@ class Name(_Leaf):
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class Regex(_Leaf):
-    """``re.search`` on the full variable name."""
+    """``re.search`` on the full variable name.
+
+    A bad pattern fails at construction (``re.error``), and so does one that can make Python's
+    ``re`` backtrack exponentially over a long name (``BacktrackingRegexError``, see
+    :func:`refuse_backtracking`): a selector from a config file must not hang the tool.
+    """
 
     pattern: str
     keyword = "regex"
 
     def __post_init__(self):
-        re.compile(self.pattern)  # a bad pattern fails here, at construction
+        from .regex_safety import refuse_backtracking
+
+        re.compile(self.pattern)
+        refuse_backtracking(self.pattern)
 
     def evaluate(self, catalog):
         search = re.compile(self.pattern).search
@@ -435,7 +443,8 @@ def name(glob: str) -> Selector:
 
 
 def regex(pattern: str) -> Selector:
-    """``re.search`` on the full name: ``regex('^conv_[12]/')``."""
+    """``re.search`` on the full name: ``regex('^conv_[12]/')``; refuses patterns that backtrack
+    exponentially, such as ``(\\w+)+$`` (see :func:`refuse_backtracking`)."""
     return Regex(_string("regex", pattern))
 
 
