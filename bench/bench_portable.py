@@ -4,6 +4,19 @@ Lines: save and restore of large variables (20 x 50 MB by default), first and la
 restores of 3,000 small variables, the ops added across 100 restores, and the peak
 memory of a save (measured in a child process) against the checkpoint's size.
 
+Fair comparison: both sides write the same variables to the same directory; the runs
+alternate (ours, theirs, theirs, ours, ...), and before every timed run, untimed, the
+work our previous save left to the background is finished, the page cache is flushed
+(``os.sync()``) and, for the large variables, the machine idles ``PAUSE`` seconds (3).
+The pause matters on a virtual machine that hands freed memory back to its host (free
+page reporting, after about 2 s): a run that starts right after another one reuses its
+freshly freed memory cheaply, one that starts later pays the host to fault it in again,
+as periodic saves minutes apart always do. Without the pause whichever side happens to
+follow a quick predecessor looks faster. A line reports the MEDIAN of its runs. Our
+save is durable (fsync of the file and of its directory); the Saver's is not, so the
+save line comes with two more: ours without fsync, and the Saver's followed by an fsync
+of its files.
+
 Run: ``python bench/bench_portable.py`` (or ``python -m bench``). Quick run:
 ``SUBSETSAVER_BENCH_MB=5 SUBSETSAVER_BENCH_LARGE=4 python bench/bench_portable.py``.
 """
@@ -11,6 +24,7 @@ Run: ``python bench/bench_portable.py`` (or ``python -m bench``). Quick run:
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +38,8 @@ from bench.report import print_line  # noqa: E402
 LARGE_MB = float(os.environ.get("SUBSETSAVER_BENCH_MB", "50"))
 LARGE_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_LARGE", "20"))
 SMALL_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_SMALL", "3000"))
-REPEAT = int(os.environ.get("SUBSETSAVER_BENCH_REPEAT", "3"))
+REPEAT = int(os.environ.get("SUBSETSAVER_BENCH_REPEAT", "6"))
+PAUSE = float(os.environ.get("SUBSETSAVER_BENCH_PAUSE", "3"))
 
 
 def large_graph(count=LARGE_COUNT, megabytes=LARGE_MB):
@@ -64,13 +79,25 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def interleaved_best(ours, theirs, repeat=REPEAT):
-    """Best of ``repeat`` runs each, alternating, so both see the same machine load."""
-    best_ours = best_theirs = float("inf")
-    for _ in range(repeat):
-        best_theirs = min(best_theirs, timed(theirs))
-        best_ours = min(best_ours, timed(ours))
-    return best_ours, best_theirs
+def settle(pause=0.0):
+    """Untimed, before every timed run: finish our background work, flush every dirty page to disk, then
+    wait ``pause`` seconds (see the module's docstring)."""
+    from subsetsaver import npzfile
+
+    npzfile.finish_background_work()
+    os.sync()
+    time.sleep(pause)
+
+
+def interleaved_median(ours, theirs, repeat=REPEAT, *, flush=True, pause=0.0):
+    """Median of ``repeat`` runs each, in the order ours, theirs, theirs, ours, ... (same load for both)."""
+    times = {ours: [], theirs: []}
+    for index in range(repeat):
+        for function in (ours, theirs) if index % 2 == 0 else (theirs, ours):
+            if flush:
+                settle(pause)
+            times[function].append(timed(function))
+    return statistics.median(times[ours]), statistics.median(times[theirs])
 
 
 def checkpoint_bytes(prefix):
@@ -83,7 +110,7 @@ def bench_large(report, directory):
     import tensorflow as tf
 
     import subsetsaver as ss
-    from subsetsaver import portable
+    from subsetsaver import npzfile, portable
 
     graph, saver, init = large_graph()
     npz_path = os.path.join(directory, "portable_large.npz")
@@ -91,25 +118,51 @@ def bench_large(report, directory):
     portable.prepare_npz(ss.everything(), graph)
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
-        save = (lambda: portable.save_npz(sess, npz_path), lambda: saver.save(sess, prefix, write_meta_graph=False,
-                                                                             write_state=False))
-        ours, theirs = interleaved_best(*save)
+        ours = lambda: portable.save_npz(sess, npz_path)  # noqa: E731
+        theirs = lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False)  # noqa: E731
+        ours(), theirs()  # warm-up: executors built, files in place (each later save replaces one)
+        save_ours, save_theirs = interleaved_median(ours, theirs, pause=PAUSE)
         size = os.path.getsize(npz_path)
-        label = f"save {LARGE_COUNT} x {LARGE_MB:g} MB variables"
-        report(label, ours, theirs, f"npz {size / 2**20:.0f} MB, TF {checkpoint_bytes(prefix) / 2**20:.0f} MB; "
-               "ours fsyncs, the Saver does not; target <= 1.25x")
+        background = []
+        for _ in range(3):
+            settle(PAUSE)
+            ours()
+            background.append(timed(npzfile.finish_background_work))
+        report(f"save {LARGE_COUNT} x {LARGE_MB:g} MB variables", save_ours, save_theirs,
+               f"npz {size / 2**20:.0f} MB, TF {checkpoint_bytes(prefix) / 2**20:.0f} MB; ours fsyncs, the Saver "
+               f"does not; then ours frees the replaced file in the background ({statistics.median(background) * 1000:.0f}"
+               " ms, untimed; the Saver frees its old file inside the save); target <= 1.25x")
         with _without_fsync():
-            ours = min(timed(save[0]) for _ in range(REPEAT))
-        report("  the same save without fsync (not durable)", ours, theirs, "for comparison: no final fsync")
-        portable.restore_npz(sess, npz_path)  # the first run of each restore builds its executor
-        saver.restore(sess, prefix)
-        ours, theirs = interleaved_best(lambda: portable.restore_npz(sess, npz_path), lambda: saver.restore(sess, prefix))
-        report(f"restore {LARGE_COUNT} x {LARGE_MB:g} MB variables", ours, theirs,
+            not_durable = interleaved_median(ours, theirs, pause=PAUSE)
+        report("  the same save, ours without fsync (not durable)", *not_durable, "both not durable")
+        durable = interleaved_median(ours, lambda: (theirs(), _fsync_checkpoint(prefix)), pause=PAUSE)
+        report("  the same save, the Saver's files fsynced after it", *durable, "both durable")
+        restore_ours = lambda: portable.restore_npz(sess, npz_path)  # noqa: E731
+        restore_theirs = lambda: saver.restore(sess, prefix)  # noqa: E731
+        restore_ours(), restore_theirs()  # the first run of each restore builds its executor
+        report(f"restore {LARGE_COUNT} x {LARGE_MB:g} MB variables",
+               *interleaved_median(restore_ours, restore_theirs, pause=PAUSE),
                "includes reading and checksumming the file; target <= 1.25x")
 
 
+def _fsync_checkpoint(prefix):
+    directory, base = os.path.split(prefix)
+    for name in os.listdir(directory):
+        if name.startswith(base + "."):
+            descriptor = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class _without_fsync:
-    """Turn off npzfile's final fsync for one measurement (its background flushing stays on)."""
+    """Turn off npzfile's fsyncs (file and directory, and the background ones) for some measurements."""
 
     def __enter__(self):
         from subsetsaver import npzfile
@@ -140,20 +193,23 @@ def bench_small(report, directory):
     prefix = os.path.join(directory, "small")
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
-        ours, theirs = interleaved_best(lambda: portable.save_npz(sess, npz_path),
-                                        lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False))
-        report(f"save {SMALL_COUNT:,} small variables", ours, theirs, "")
-        theirs = timed(lambda: saver.restore(sess, prefix))
-        ours = timed(lambda: portable.restore_npz(sess, npz_path))
+        save_ours = lambda: portable.save_npz(sess, npz_path)  # noqa: E731
+        save_theirs = lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False)  # noqa: E731
+        save_ours(), save_theirs()
+        report(f"save {SMALL_COUNT:,} small variables", *interleaved_median(save_ours, save_theirs), "")
+        restore_ours = lambda: portable.restore_npz(sess, npz_path)  # noqa: E731
+        restore_theirs = lambda: saver.restore(sess, prefix)  # noqa: E731
+        settle()
+        theirs = timed(restore_theirs)
+        ours = timed(restore_ours)
         report(f"first restore, {SMALL_COUNT:,} small variables", ours, theirs, "target <= 2x")
-        ours, theirs = interleaved_best(lambda: portable.restore_npz(sess, npz_path),
-                                        lambda: saver.restore(sess, prefix), repeat=max(REPEAT, 5))
-        report(f"later restores, {SMALL_COUNT:,} small variables", ours, theirs, "target <= 1.5x")
+        later = interleaved_median(restore_ours, restore_theirs, repeat=max(REPEAT, 9) | 1, flush=False)
+        report(f"later restores, {SMALL_COUNT:,} small variables", *later, "median of runs; target <= 1.5x")
 
         ops_before = len(graph.get_operations())
-        ours = timed(lambda: [portable.restore_npz(sess, npz_path) for _ in range(100)])
+        ours = timed(lambda: [restore_ours() for _ in range(100)])
         ours_added = len(graph.get_operations()) - ops_before
-        theirs = timed(lambda: [saver.restore(sess, prefix) for _ in range(100)])
+        theirs = timed(lambda: [restore_theirs() for _ in range(100)])
         report(f"100 restores, {SMALL_COUNT:,} small variables", ours, theirs,
                f"ops added: {ours_added} (graph finalized; {ops_before:,} ops)")
 
@@ -209,6 +265,10 @@ def bench_memory(report, directory):
 
 
 def run(report=print_line):
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+    print(f"# portable checkpoints vs tf.compat.v1.train.Saver: medians of {REPEAT} alternating runs (later small "
+          f"restores: {max(REPEAT, 9) | 1}), os.sync() before each (and {PAUSE:g} s idle for the large ones); "
+          f"load average {load}", flush=True)
     directory = tempfile.mkdtemp(prefix="bench_portable_")
     try:
         bench_large(report, directory)

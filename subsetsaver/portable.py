@@ -142,17 +142,21 @@ def _check_storable(layouts):
 # ---------------------------------------------------------------------------------
 
 _NO_FLAT = frozenset({"int4", "uint4"})  # TF has no Split/Concat kernels for these: one feed/fetch per part
+_STACK_BELOW = 64 << 10   # save: variables under this size are fetched in stacks; larger ones one by one
+_GATHER_BELOW = 64 << 10  # restore: arrays under this size are gathered from the file in one pass per group
 
 
 class _Ops:
     """The save and restore ops of one ordered set of variables, built once per graph (see :func:`_ops_for`).
 
-    Variables of one dtype and shape travel together: a save fetches one ``stack`` of
-    their values, a restore feeds one ``[count, *shape]`` buffer that one ``unstack``
-    cuts into the assigned values (64-byte aligned regions, so TensorFlow can use the
-    fed memory without copying). A handful of feeds and fetches instead of thousands
-    keeps ``session.run``'s per-tensor cost out of the way, and the graph has about as
-    many nodes as a Saver's. Partitioned variables, dtypes without Pack/Unpack kernels
+    Variables of one dtype and shape travel together: a restore feeds one
+    ``[count, *shape]`` buffer that one ``unstack`` cuts into the assigned values
+    (64-byte aligned regions, so TensorFlow can use the fed memory without copying),
+    and a save fetches one ``stack`` of the small ones. A handful of feeds and fetches
+    instead of thousands keeps ``session.run``'s per-tensor cost out of the way, and the
+    graph has about as many nodes as a Saver's. Variables of 64 KiB and more are
+    fetched one by one: a stack would copy their bytes twice, and the per-tensor cost
+    is small next to theirs. Partitioned variables, dtypes without Pack/Unpack kernels
     (int4, uint4) and shapes not fully known get one placeholder per part.
     """
 
@@ -160,30 +164,38 @@ class _Ops:
         import tensorflow as tf
 
         self.layouts = {layout.name: layout for layout in layouts}
-        self.groups = []       # [{"feed", "fetch", "names", "nbytes" (each), "stride"}]
+        self.groups = []       # [{"feed", "nbytes" (each), "count", "dtype"}]
         self.slot = {}         # layout name -> (group index, position in the group)
         self.part_feeds = {}   # part op name -> placeholder (layouts restored one part at a time)
         self.assigns = {}      # layout name -> [assign op per part]
+        self._fetches = []     # what a save fetches, in order
+        self._takes = []       # per layout: (name, index in the fetched values, position in a stack or None)
         grouped = {}
         for layout in layouts:
             head = layout.parts[0]
             if not layout.partitioned and layout.dtype not in _NO_FLAT and head.shape.is_fully_defined():
                 grouped.setdefault((layout.dtype, tuple(head.shape.as_list())), []).append(layout)
+        stacks = {}  # layout name -> (index of its stack in _fetches, position)
         with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("subsetsaver_npz/"):
             for (dtype, shape), members in grouped.items():
                 nbytes = math.prod(shape) * tf.as_dtype(dtype).size
                 parts = [layout.parts[0] for layout in members]
                 if len(members) == 1:
                     feed = tf.compat.v1.placeholder(tf.as_dtype(dtype), shape, name="value")
-                    values, fetch = [feed], parts[0]
+                    values = [feed]
                 else:
                     feed = tf.compat.v1.placeholder(tf.as_dtype(dtype), [len(members), *shape], name="values")
                     values = tf.unstack(feed, num=len(members))
-                    fetch = tf.stack([part.value() for part in parts])
+                    if nbytes < _STACK_BELOW:
+                        stacks.update((layout.name, (len(self._fetches), position))
+                                      for position, layout in enumerate(members))
+                        self._fetches.append(tf.stack([part.value() for part in parts]))
                 for position, (layout, part, value) in enumerate(zip(members, parts, values)):
                     self.slot[layout.name] = (len(self.groups), position)
                     self.assigns[layout.name] = [part.assign(value, read_value=False)]
-                self.groups.append({"feed": feed, "fetch": fetch, "nbytes": nbytes, "count": len(members)})
+                self.groups.append({"feed": feed, "nbytes": nbytes, "count": len(members),
+                                    "dtype": npzfile.numpy_dtype(dtype), "shape": [len(members), *shape]
+                                    if len(members) > 1 else list(shape)})
             for layout in layouts:
                 if layout.name in self.slot:
                     continue
@@ -194,53 +206,96 @@ class _Ops:
                     self.assigns[layout.name].append(part.assign(feed, read_value=False))
             every = [op for name in self.layouts for op in self.assigns[name]]
             self.assign_all = tf.group(*every, name="assign_all") if every else None
+        for layout in layouts:
+            if layout.name in stacks:
+                self._takes.append((layout.name, *stacks[layout.name]))
+            else:
+                self._takes.append((layout.name, len(self._fetches), None))
+                self._fetches.extend(layout.parts)  # the variable itself: its read op, no new op
+        self._programs = {}  # names -> (manifest, _RestoreProgram): repeated restores of one file
 
     # -- save ---------------------------------------------------------------------------
     def fetch(self, sess, extra_fetches=()):
         """Every layout's stored array (views into the fetched stacks) in ONE session.run."""
-        singles = [part for name, layout in self.layouts.items() if name not in self.slot for part in layout.parts]
-        values = sess.run([group["fetch"] for group in self.groups] + singles + list(extra_fetches))
-        stacks = values[:len(self.groups)]
-        arrays, position = {}, len(self.groups)
-        for name, layout in self.layouts.items():
-            if name in self.slot:
-                group, index = self.slot[name]
-                stack = stacks[group]
-                arrays[name] = stack[index] if self.groups[group]["count"] > 1 else stack
+        values = sess.run(self._fetches + list(extra_fetches))
+        arrays = {}
+        for name, index, position in self._takes:
+            if position is not None:
+                arrays[name] = values[index][position]
                 continue
-            parts = values[position:position + len(layout.parts)]
-            position += len(layout.parts)
-            arrays[name] = _joined(layout, parts) if layout.partitioned else parts[0]
-        return arrays, values[position:]
+            layout = self.layouts[name]
+            arrays[name] = _joined(layout, values[index:index + len(layout.parts)]) if layout.partitioned \
+                else values[index]
+        return arrays, values[len(self._fetches):]
 
     # -- restore --------------------------------------------------------------------------
     def restore(self, sess, archive, names):
         """Read, checksum and assign the arrays ``names`` of ``archive`` (an open npzfile.Archive)
         in ONE session.run; nothing is assigned unless every array passed."""
-        buffers, into = {}, {}
+        key = tuple(names)
+        known = self._programs.get(key)
+        if known is None or known[0] is not archive.manifest:
+            known = self._programs[key] = (archive.manifest, _RestoreProgram(self, archive, key))
+            npzfile._evict_oldest(self._programs, keep=4)
+        program = known[1]
+        feeds = program.load(archive)
+        if program.target is not None:
+            sess.run(program.target, feeds)
+
+
+class _RestoreProgram:
+    """How one set of names is read from one validated file and fed: built once, reused by later restores.
+
+    Each group of equally shaped variables fills one buffer: small arrays are gathered
+    from the file in one pass (:meth:`npzfile.Archive.load_rows`), large ones read
+    straight into their row. The rest (partitioned variables, ...) are loaded as arrays.
+    """
+
+    def __init__(self, ops, archive, names):
+        rows = {}  # group index -> ([name], [position])
+        self.singles = []
         for name in names:
-            if name in self.slot:
-                group, index = self.slot[name]
-                info = self.groups[group]
-                if group not in buffers:
-                    buffers[group] = npzfile._aligned_bytes(info["nbytes"] * info["count"])
-                into[name] = buffers[group][index * info["nbytes"]:(index + 1) * info["nbytes"]]
-        arrays = archive.load(names, into=into)
-        feeds = {}
-        for group, buffer in buffers.items():
-            feed = self.groups[group]["feed"]
-            feeds[feed] = buffer.view(npzfile.numpy_dtype(feed.dtype.base_dtype.name)).reshape(feed.shape.as_list())
-        for name in names:
-            if name not in self.slot:
-                layout = self.layouts[name]
-                for index, part in enumerate(layout.parts):
-                    value = arrays[name]
-                    feeds[self.part_feeds[part.op.name]] = value[_part_slices(layout, index)] if layout.partitioned \
-                        else value
-        if len(names) == len(self.layouts) and self.assign_all is not None:
-            sess.run(self.assign_all, feeds)
-        elif names:
-            sess.run([op for name in names for op in self.assigns[name]], feeds)
+            slot = ops.slot.get(name)
+            if slot is None:
+                self.singles.append(name)
+            else:
+                chosen = rows.setdefault(slot[0], ([], []))
+                chosen[0].append(name)
+                chosen[1].append(slot[1])
+        self.groups = []  # (group info, row plan or None, {name: row position} for direct reads)
+        for group, (chosen, positions) in rows.items():
+            info = ops.groups[group]
+            if info["nbytes"] < _GATHER_BELOW:
+                self.groups.append((info, archive.plan_rows(chosen, positions, info["nbytes"]), None))
+            else:
+                self.groups.append((info, None, dict(zip(chosen, positions))))
+        self.part_feeds = []  # (name, part index, placeholder)
+        for name in self.singles:
+            layout = ops.layouts[name]
+            for index, part in enumerate(layout.parts):
+                self.part_feeds.append((name, index, ops.part_feeds[part.op.name]))
+        if names and len(names) == len(ops.layouts):
+            self.target = ops.assign_all
+        else:
+            self.target = [op for name in names for op in ops.assigns[name]] or None
+        self._layouts = ops.layouts
+
+    def load(self, archive) -> dict:
+        """The feed dict: every array read and checked (raises before returning anything on any problem)."""
+        feeds, into = {}, {}
+        for info, plan, direct in self.groups:
+            buffer = npzfile._aligned_bytes(info["nbytes"] * info["count"])
+            if plan is not None:
+                archive.load_rows(plan, buffer.reshape(info["count"], info["nbytes"]))
+            else:
+                for name, position in direct.items():
+                    into[name] = buffer[position * info["nbytes"]:(position + 1) * info["nbytes"]]
+            feeds[info["feed"]] = buffer.view(info["dtype"]).reshape(info["shape"])
+        arrays = archive.load(self.singles + list(into), into=into) if self.singles or into else {}
+        for name, index, feed in self.part_feeds:
+            layout = self._layouts[name]
+            feeds[feed] = arrays[name][_part_slices(layout, index)] if layout.partitioned else arrays[name]
+        return feeds
 
 
 def _joined(layout, parts):
@@ -260,9 +315,16 @@ def _ops_for(graph, layouts, *, build=True):
     """The cached _Ops of this graph and variable set; built on first use unless the graph is finalized."""
     # File name and variable: a plan's remap may store variable 'b' under the name 'a'. The cached
     # _Ops holds the variables, so their ids stay theirs.
+    cache = _ops_by_graph.get(graph)
+    known = cache.get(id(layouts)) if cache else None  # the same (cached) list again: skip the key
+    if known is not None and known[0] is layouts:
+        return known[1]
     key = tuple((layout.name, id(layout.parts[0])) for layout in layouts)
     with _build_lock:
-        return _cached_ops(graph, layouts, key, build)
+        ops = _cached_ops(graph, layouts, key, build)
+        if ops is not None and isinstance(layouts, list):
+            _ops_by_graph[graph][id(layouts)] = (layouts, ops)
+        return ops
 
 
 _build_lock = threading.RLock()
@@ -344,7 +406,7 @@ _matchings = {}  # (id(layouts), id(manifest)) -> (layouts, manifest, result): r
 
 
 def _matching(layouts, manifest):
-    """(missing, mismatched, unexpected names, usable layouts) between the chosen variables and a file."""
+    """(missing, mismatched, unexpected names, usable layouts, their names) between the chosen variables and a file."""
     key = (id(layouts), id(manifest))
     known = _matchings.get(key)
     if known is not None and known[0] is layouts and known[1] is manifest:
@@ -353,7 +415,8 @@ def _matching(layouts, manifest):
     chosen = {layout.name for layout in layouts}
     unexpected = tuple(name for name in manifest.names if name not in chosen)
     bad = {p.name for p in missing + mismatched}
-    result = (missing, mismatched, unexpected, [layout for layout in layouts if layout.name not in bad])
+    usable = [layout for layout in layouts if layout.name not in bad]
+    result = (missing, mismatched, unexpected, usable, tuple(layout.name for layout in usable))
     _matchings[key] = (layouts, manifest, result)
     npzfile._evict_oldest(_matchings)
     return result
@@ -396,14 +459,18 @@ def _selection(sel, graph):
     if not isinstance(sel, Selector):
         raise TypeError(f"sel is a selector or its text, got {type(sel).__name__}")
     catalog = catalog_module.load(graph)
-    names = tuple(sel.names(catalog))
     cache = _layouts_by_graph.setdefault(catalog.graph, {})
+    known = cache.get(sel)  # the same selector on the same catalog (the graph unchanged): same layouts
+    if known is not None and known[0] is catalog:
+        return sel, known[1]
+    names = tuple(sel.names(catalog))
     if names not in cache:
         cache[names] = [_layout(name, catalog.variables([name])) for name in names]
+    cache[sel] = (catalog, cache[names])
     return sel, cache[names]
 
 
-_layouts_by_graph = weakref.WeakKeyDictionary()  # graph -> {names: [_Layout]}
+_layouts_by_graph = weakref.WeakKeyDictionary()  # graph -> {names: [_Layout], selector: (catalog, [_Layout])}
 
 
 def _graph_of(sess, graph):
@@ -468,15 +535,15 @@ def restore_npz(sess, path, sel=None, graph=None, strict=True) -> NpzRestoreRepo
     path = os.fspath(path)
     with npzfile.Archive(path) as archive:
         manifest = archive.manifest
-        missing, mismatched, unexpected, usable = _matching(layouts, manifest)
+        missing, mismatched, unexpected, usable, restored = _matching(layouts, manifest)
         if strict and (missing or mismatched or unexpected):
             message = _mismatch_message(path, repr(selector), manifest, missing, mismatched, unexpected, len(usable))
             raise CheckpointMismatchError(message, missing + mismatched)
         ops = _ops_for(graph, layouts)  # a finalized graph without them fails here, before reading data
-        ops.restore(sess, archive, [layout.name for layout in usable])
+        ops.restore(sess, archive, restored)
     return NpzRestoreReport(
         path=path,
-        restored=tuple(layout.name for layout in usable),
+        restored=restored,
         missing=tuple(p.name for p in missing),
         mismatched=tuple(mismatched),
         unexpected=unexpected,
