@@ -332,7 +332,11 @@ class Checker:
             assert state.model_checkpoint_path == latest, where
             listed = list(state.all_model_checkpoint_paths)
         else:
-            with open(os.path.join(self.directory, STATE_FILENAME)) as handle:
+            path = os.path.join(self.directory, STATE_FILENAME)
+            if not os.path.exists(path):  # killed between the first file's rename and the first state write
+                assert list(complete) == [latest], f"{where}: no state file beside {sorted(complete)}"
+                return
+            with open(path) as handle:
                 state = json.load(handle)  # written atomically: always whole JSON
             assert os.path.join(self.directory, state["latest"]) == latest, where
             listed = [os.path.join(self.directory, name) for name in state["kept"]]
@@ -375,9 +379,11 @@ class Checker:
 
         if self.backend == "tf":
             keep = set(tf.train.get_checkpoint_state(self.directory).all_model_checkpoint_paths)
-        else:
+        elif os.path.exists(os.path.join(self.directory, "checkpoint_npz.json")):
             with open(os.path.join(self.directory, "checkpoint_npz.json")) as handle:
                 keep = {os.path.join(self.directory, n) for n in json.load(handle)["kept"]}
+        else:  # see check_state_file: the latest alone, found by its name
+            keep = set()
         keep.add(latest)
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
