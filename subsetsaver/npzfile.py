@@ -51,11 +51,10 @@ import re
 import stat
 import struct
 import threading
-import uuid
 import zlib
 
 from .errors import CheckpointNotFoundError, CorruptCheckpointError, SubsetSaverError
-from .files import fsync_directory
+from .files import fsync_directory, temporary_name
 
 FORMAT = "subsetsaver.npz"
 FORMAT_VERSION = 1
@@ -444,10 +443,6 @@ def _local_path(path):
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def _temporary_name(path) -> str:
-    # Beside the target (same filesystem, so the rename is atomic); never ends in '.npz'.
-    return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
 
 class _LocalSink:
     """A local temporary file that becomes ``path`` on commit: fsync, rename, fsync of the directory.
@@ -467,7 +462,7 @@ class _LocalSink:
         directory = os.path.dirname(self.path) or "."
         if not os.path.isdir(directory):
             raise CheckpointNotFoundError(f"cannot write '{path}': directory '{directory}' does not exist; create it first")
-        self.temporary = _temporary_name(self.path)
+        self.temporary = temporary_name(self.path)
         self._file = open(os.open(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._written = 0  # bytes handed to the file
         self._started = 0  # bytes handed to the file when the last background fdatasync started
@@ -562,7 +557,7 @@ class _GFileSink:
         directory = os.path.dirname(path)
         if directory and not path.startswith("ram://") and not tf.io.gfile.isdir(directory):
             raise CheckpointNotFoundError(f"cannot write '{path}': directory '{directory}' does not exist; create it first")
-        self.temporary = _temporary_name(path)
+        self.temporary = temporary_name(path)
         self._file = tf.io.gfile.GFile(self.temporary, "wb")
 
     def write(self, data):

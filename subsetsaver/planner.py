@@ -35,7 +35,6 @@ from .errors import (
     SubsetSaverWarning,
     UninitializedVariablesError,
 )
-from .files import remove_abandoned
 from .selectors import Selector, format_bytes
 from .staging import staged_saver_class
 
@@ -736,8 +735,6 @@ class Plan:
         for old, content in kept_manifests.items():  # still kept (a rewrite, keep_checkpoint_every_n_hours)
             if content is not None and old != prefix and self.backend.exists(old):
                 manifest_module.write_manifest(old, content)
-        if options.get("write_state", True) and "://" not in prefix:  # the state file names no temporary now
-            remove_abandoned(os.path.dirname(prefix))
         return prefix
 
     def _retiring(self) -> list:

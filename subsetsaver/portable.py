@@ -31,6 +31,7 @@ import weakref
 
 from . import npzfile
 from .errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError, SubsetSaverError
+from .files import remove_abandoned
 
 STATE_FILENAME = "checkpoint_npz.json"
 STATE_FORMAT = "subsetsaver.npz-state"
@@ -620,6 +621,8 @@ class NpzBackend:
             self._write_state(os.path.dirname(path), path, latest_filename or STATE_FILENAME)
         for old in retired:
             _remove(old)
+        if "://" not in path:  # what saves killed midway left here (the state file never names it)
+            remove_abandoned(os.path.dirname(path))
         return path
 
     def _path(self, save_path, global_step):

@@ -67,7 +67,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
         return write(save_path, global_step, latest_filename=latest_filename, meta_graph_suffix=meta_graph_suffix,
                      write_meta_graph=write_meta_graph, write_state=write_state,
                      strip_default_attrs=strip_default_attrs, save_debug_info=save_debug_info)
-    final = checkpoint_prefix(saver, sess, save_path, global_step)
+    final = saved_prefix(saver, sess, save_path, global_step)
     staged = staging_prefix(final)
     directory = os.path.dirname(final)
     try:
@@ -94,7 +94,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
     return final
 
 
-def checkpoint_prefix(saver, sess, save_path, global_step) -> str:
+def saved_prefix(saver, sess, save_path, global_step) -> str:
     """The prefix ``Saver.save`` writes: ``SAVE_PATH-STEP`` (``%08d`` with ``pad_step_number``)."""
     if global_step is None:
         return save_path

@@ -490,16 +490,26 @@ def restore_recording_warnings(checker, directory):
     return report, [str(w.message) for w in caught]
 
 
-def torn_directory(directory, how):
-    """model-1 (step 1) complete, model-2 (latest in the state file) torn the way a kill tears it."""
+def save_steps_1_and_2(backend, directory, then=None):
+    """model-1 and model-2 holding steps 1 and 2; ``then(sess, the_plan, fill, step)`` runs before the session closes."""
     import tensorflow as tf
 
-    graph, the_plan, fill, step = build("tf")
+    graph, the_plan, fill, step = build(backend)
     with tf.compat.v1.Session(graph=graph) as sess:
         the_plan.restore_or_initialize(sess, None)
         for value in (1, 2):
             sess.run(fill, {step: value})
-            prefix = the_plan.save(sess, os.path.join(directory, "model"), global_step=value)
+            latest = the_plan.save(sess, os.path.join(directory, "model"), global_step=value)
+        if then is not None:
+            then(sess, the_plan, fill, step)
+    return latest
+
+
+def torn_directory(directory, how):
+    """model-1 (step 1) complete, model-2 (latest in the state file) torn the way a kill tears it."""
+    import tensorflow as tf
+
+    def tear(sess, the_plan, fill, step):
         if how == "new .data, old .index":  # SaveV2 killed between renaming its .data and its .index
             with open(prefix + ".index", "rb") as handle:
                 old_index = handle.read()
@@ -510,6 +520,9 @@ def torn_directory(directory, how):
         else:  # MergeV2Checkpoints killed while writing the merged .index in place
             size = os.path.getsize(prefix + ".index")
             os.truncate(prefix + ".index", size // 2)
+
+    prefix = os.path.join(directory, "model-2")
+    assert save_steps_1_and_2("tf", directory, tear) == prefix
     assert tf.train.latest_checkpoint(directory) == prefix
     return prefix
 
@@ -540,16 +553,9 @@ def test_a_torn_tf_checkpoint_is_refused_and_the_directory_restore_falls_back(tm
 
 @pytest.mark.parametrize("how", ["truncated", "one flipped data byte"])
 def test_a_torn_npz_checkpoint_is_refused_and_the_directory_restore_falls_back(tmp_path, how):
-    import tensorflow as tf
-
     from subsetsaver.errors import CorruptCheckpointError
 
-    graph, the_plan, fill, step = build("npz")
-    with tf.compat.v1.Session(graph=graph) as sess:
-        the_plan.restore_or_initialize(sess, None)
-        for value in (1, 2):
-            sess.run(fill, {step: value})
-            latest = the_plan.save(sess, os.path.join(str(tmp_path), "model"), global_step=value)
+    latest = save_steps_1_and_2("npz", str(tmp_path))
     if how == "truncated":
         os.truncate(latest, os.path.getsize(latest) // 2)
     else:

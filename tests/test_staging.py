@@ -212,13 +212,18 @@ def test_temporaries_of_a_live_process_or_another_host_are_left_alone(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(left + ["model-7.tmp-notes.txt"])
 
 
-def test_max_to_keep_retires_manifests_with_their_checkpoints(tmp_path):
+def save_in_turn(directory, steps, **options):
+    """For each ``value: global_step`` of ``steps``: fill the variables with value, save as model-STEP."""
     graph, the_plan, fill, step = build()
     with v1.Session(graph=graph) as sess:
         the_plan.restore_or_initialize(sess, None)
-        for value in (1, 2, 3):
+        for value, global_step in steps.items():
             sess.run(fill, {step: value})
-            the_plan.save(sess, str(tmp_path / "model"), global_step=value, write_meta_graph=False)
+            the_plan.save(sess, str(directory / "model"), global_step=global_step, **options)
+
+
+def test_max_to_keep_retires_manifests_with_their_checkpoints(tmp_path):
+    save_in_turn(tmp_path, {1: 1, 2: 2, 3: 3}, write_meta_graph=False)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-2.data-00000-of-00001", "model-2.index",
                                             "model-2.subset.json", "model-3.data-00000-of-00001", "model-3.index",
                                             "model-3.subset.json"]
@@ -226,12 +231,7 @@ def test_max_to_keep_retires_manifests_with_their_checkpoints(tmp_path):
 
 
 def test_a_rewritten_prefix_keeps_its_manifest_and_the_state_lists_it_once(tmp_path):
-    graph, the_plan, fill, step = build()
-    with v1.Session(graph=graph) as sess:
-        the_plan.restore_or_initialize(sess, None)
-        for value in (1, 2, 3):
-            sess.run(fill, {step: value})
-            the_plan.save(sess, str(tmp_path / "model"), global_step=1 if value < 3 else 2)
+    save_in_turn(tmp_path, {1: 1, 2: 1, 3: 2})
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model-1"), str(tmp_path / "model-2")]
     assert_step(read_checkpoint(str(tmp_path / "model-1")), 2, "model-1 rewritten")
@@ -258,3 +258,16 @@ def test_monitored_training_session_saves_through_the_staged_saver(tmp_path, mon
     assert staged == written
     assert list(state.all_model_checkpoint_paths) == written[-2:]  # max_to_keep=2
     assert not [name for name in os.listdir(tmp_path) if STAGING in name]
+
+
+def test_an_npz_save_removes_what_a_killed_npz_save_left(tmp_path):
+    abandoned = f"model-1.npz.tmp-{socket.gethostname()}-999999999-4e5f6a7b"
+    (tmp_path / abandoned).write_bytes(b"half a file")
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.get_variable("w", [10], initializer=v1.ones_initializer(), use_resource=True)
+    the_plan = ss.plan(ss.everything(), graph, backend="npz")
+    with v1.Session(graph=graph) as sess:
+        the_plan.restore_or_initialize(sess, None)
+        the_plan.save(sess, str(tmp_path / "model"), global_step=2)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_npz.json", "model-2.npz", "model-2.npz.subset.json"]
