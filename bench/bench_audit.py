@@ -150,7 +150,7 @@ def time_saver(graph):
 def run(report):
     """Report the cold audit time at 10^3, 10^4 and 10^5 ops, against building a Saver."""
     import subsetsaver.audit  # noqa: F401  (imports are not what we measure)
-    import subsetsaver.reads  # noqa: F401
+    import subsetsaver.catalog.dataflow  # noqa: F401
 
     template = resnet_like(BLOCKS_PER_TILE)
     per_tile = operation_count(template)

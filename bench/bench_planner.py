@@ -47,7 +47,7 @@ def run(report):
     import tensorflow as tf
 
     import subsetsaver as ss
-    from subsetsaver.planner import plan
+    from subsetsaver.planning import plan
 
     v1 = tf.compat.v1
     selector = ss.parse(SELECTOR)

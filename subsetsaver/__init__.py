@@ -1,5 +1,12 @@
 """subsetsaver: save and restore exactly the TensorFlow 1 variables you choose.
 
+This module only re-exports the public contract. The package is laid out as its
+pipeline, each room importing only the rooms before it: ``formats`` (files, no graph)
+-> ``catalog`` (variables read from a source) -> ``selectors`` (which ones) -> ``audit``
+(what the choice forgets) -> ``planning`` (the Saver, initializer and backends) ->
+``portable``, ``training``, ``tools``, ``draw``, ``keras`` -> ``cli``. See
+``docs/architecture.md``.
+
 Example::
 
     import subsetsaver as ss
@@ -11,17 +18,20 @@ from . import keras
 from .audit import Finding, Severity, audit, audit_values
 from .draw import draw_plan, draw_sets
 from .errors import (
+    BacktrackingRegexError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     EmptySelectionError,
+    NoSaverError,
+    RestoreOpsMissingError,
     SelectorSyntaxError,
     SubsetSaverError,
     SubsetSaverWarning,
     UninitializedVariablesError,
+    UnsupportedDtypeError,
 )
-from .parser import parse
-from .planner import plan
+from .planning import plan
 from .portable import restore_npz, save_npz
 from .selectors import (
     Selector,
@@ -33,6 +43,7 @@ from .selectors import (
     local,
     name,
     nothing,
+    parse,
     regex,
     scope,
     slots,
@@ -40,10 +51,10 @@ from .selectors import (
     variables,
 )
 from .training import PlanSaverHook, StaleStatsHook, warm_start
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
+    "__version__",
     "keras",
     "restore_npz",
     "save_npz",
@@ -63,6 +74,10 @@ __all__ = [
     "SubsetSaverError",
     "SubsetSaverWarning",
     "UninitializedVariablesError",
+    "UnsupportedDtypeError",
+    "NoSaverError",
+    "RestoreOpsMissingError",
+    "BacktrackingRegexError",
     "averages",
     "bn_stats",
     "collection",

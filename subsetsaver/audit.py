@@ -30,8 +30,10 @@ import difflib
 import enum
 import warnings
 
+from . import catalog as catalog_module
+from .catalog import dataflow, no_garbage_collection
 from .errors import SubsetSaverError, SubsetSaverWarning
-from .selectors import Nothing, Selector, _closest, format_bytes, slots
+from .selectors import Nothing, Selector, closest_names, format_bytes, slots
 
 UPDATE_OPS = "update_ops"
 TRAIN_OP = "train_op"
@@ -97,8 +99,6 @@ def audit(sel_or_plan, graph=None, fetches=None) -> list:
     >>> audit(trainable() | bn_stats(), graph, fetches=['output'])
     []
     """
-    from .reads import dataflow, no_garbage_collection
-
     with no_garbage_collection():  # reading a big graph allocates much and frees nothing
         selector, catalog, saved = _selection(sel_or_plan, graph)
         flow = dataflow(catalog)
@@ -114,8 +114,6 @@ def audit(sel_or_plan, graph=None, fetches=None) -> list:
 
 def _selection(sel_or_plan, graph):
     """(selector or None, catalog, frozenset of saved names)."""
-    from . import catalog as catalog_module
-
     if isinstance(sel_or_plan, Selector):
         catalog = catalog_module.load(graph)
         return sel_or_plan, catalog, frozenset(sel_or_plan.evaluate(catalog))
@@ -351,7 +349,7 @@ def _empty_terms(selector, catalog):
     for leaf in dict.fromkeys(selector.leaves()):
         if isinstance(leaf, Nothing) or leaf.evaluate(catalog):
             continue
-        hint = _closest(leaf, catalog)
+        hint = closest_names(leaf, catalog)
         findings.append(
             Finding(
                 "empty-term",
@@ -397,7 +395,6 @@ def audit_values(sess, sel_or_plan, graph=None) -> list:
     ]
     if not stale:
         return []
-    from .reads import dataflow
 
     flow = dataflow(catalog)
     layer_of = {name: flow.layer_of(name, flow.forward_reader(name)) for name in stale}

@@ -59,6 +59,18 @@ class UninitializedVariablesError(SubsetSaverError, RuntimeError):
         super().__init__(message)
 
 
+class UnsupportedDtypeError(SubsetSaverError, TypeError):
+    """An array whose dtype a portable checkpoint cannot hold (strings, objects, ...)."""
+
+
+class NoSaverError(SubsetSaverError, RuntimeError):
+    """MonitoredTrainingSession tried to save or restore a plan whose backend has no TensorFlow Saver."""
+
+
+class RestoreOpsMissingError(SubsetSaverError, RuntimeError):
+    """A restore needs ops that a finalized graph can no longer get."""
+
+
 class BacktrackingRegexError(SelectorSyntaxError, re.error):
     """A ``regex()`` pattern refused because Python's ``re`` can backtrack exponentially on it.
 

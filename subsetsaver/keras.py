@@ -1,6 +1,6 @@
 """Portable checkpoints for TF2 / Keras 3 models in eager mode: weights and optimizer state as ``.npz``.
 
-The same file format as graph mode (:mod:`subsetsaver.npzfile`): no SaveV2, no pickle.
+The same file format as graph mode (:mod:`subsetsaver.formats.npz`): no SaveV2, no pickle.
 Names are Keras variable paths (``dense/kernel``, ``adam/dense_kernel_momentum``,
 ``adam/iteration``), so selectors choose what to save. Restoring builds the optimizer's
 variables first (``optimizer.build(model.trainable_variables)``), so Adam's moments are
@@ -23,21 +23,25 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import npzfile
+from . import tf_internals
+from .catalog import keras_source
 from .errors import CheckpointMismatchError
+from .formats import npz
+from .formats.npz import entry_spec
+from .planning.reports import Problem, describe_all
+from .portable import NpzRestoreReport
+from .selectors import as_selector
 
 
-def save_npz(path, model, optimizer=None, sel=None, *, checksum=npzfile.DEFAULT_CHECKSUM) -> str:
+def save_npz(path, model, optimizer=None, sel=None, *, checksum=npz.DEFAULT_CHECKSUM) -> str:
     """Write the variables of ``model`` and ``optimizer`` that ``sel`` chooses (None: all) to ``path``.
 
     ``optimizer`` None means ``model.optimizer`` when the model was compiled with one.
     ``checksum``: 'crc32' or 'sha256' per array. Returns ``path``.
     """
-    from . import keras_catalog
-
     optimizer = _optimizer_of(model, optimizer)
     _require_built(model)
-    found = keras_catalog.read(model, optimizer)
+    found = keras_source.read(model, optimizer)
     names = _chosen(sel, found.catalog)
     arrays, info = {}, {}
     with _strategy_scope(model):
@@ -47,9 +51,9 @@ def save_npz(path, model, optimizer=None, sel=None, *, checksum=npzfile.DEFAULT_
             info[name] = {"owner": found.owner[name], "local": found.local[name], "trainable": bool(variable.trainable)}
     metadata = {"source": "keras", "model": model.name,
                 "optimizer": None if optimizer is None else type(optimizer).__name__}
-    selector_text = repr(_as_selector(sel))
+    selector_text = repr(as_selector(sel))
     path = os.fspath(path)
-    npzfile.write(path, arrays, selector=selector_text, metadata=metadata, array_info=info, checksum=checksum)
+    npz.write(path, arrays, selector=selector_text, metadata=metadata, array_info=info, checksum=checksum)
     return path
 
 
@@ -62,19 +66,15 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
     difference; ``strict=False`` restores what both hold and reports the rest. Returns
     a :class:`subsetsaver.portable.NpzRestoreReport`.
     """
-    from . import keras_catalog
-    from .planner import Problem
-    from .portable import NpzRestoreReport, _entry_spec
-
     optimizer = _optimizer_of(model, optimizer)
     _require_built(model)
     with _strategy_scope(model):
         if optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(model.trainable_variables)
-        found = keras_catalog.read(model, optimizer)
+        found = keras_source.read(model, optimizer)
         path = os.fspath(path)
         by_key = {(found.owner[name], found.local[name]): name for name in found.variables}
-        with npzfile.Archive(path) as archive:
+        with npz.Archive(path) as archive:
             manifest = archive.manifest
             targets, unexpected, mismatched = {}, [], []
             for entry in manifest.arrays:
@@ -85,9 +85,9 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
                     unexpected.append(entry.name)
                     continue
                 variable = found.variables[name]
-                shape, dtype, _ = _entry_spec(entry)
+                shape, dtype, _ = entry_spec(entry)
                 expected_shape = tuple(int(d) for d in variable.shape)
-                expected_dtype = keras_catalog._dtype_name(variable.dtype)
+                expected_dtype = keras_source.dtype_name(variable.dtype)
                 if shape != expected_shape or dtype != expected_dtype:
                     kind = "shape" if shape != expected_shape else "dtype"
                     mismatched.append(Problem(kind, name, entry.name, expected_shape, expected_dtype, shape, dtype))
@@ -95,7 +95,7 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
                 targets[entry.name] = name
             matched = set(targets.values()) | {p.name for p in mismatched}
             missing = [Problem("missing", name, name, tuple(int(d) for d in v.shape),
-                               keras_catalog._dtype_name(v.dtype))
+                               keras_source.dtype_name(v.dtype))
                        for name, v in found.variables.items() if name not in matched]
             if strict and (missing or mismatched or unexpected):
                 raise CheckpointMismatchError(_message(path, manifest, missing, mismatched, unexpected, len(targets)),
@@ -115,7 +115,7 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
 def _message(path, manifest, missing, mismatched, unexpected, restorable):
     lines = [f"portable checkpoint '{path}' does not match the Keras model and optimizer: "
              f"{len(missing)} missing, {len(mismatched)} shape/dtype mismatches, {len(unexpected)} unexpected"]
-    lines += ["  " + p.describe() for p in missing + mismatched]
+    lines += describe_all(missing + mismatched)
     lines += [f"  unexpected: {name} (no such variable in the model or optimizer)" for name in unexpected[:20]]
     if len(unexpected) > 20:
         lines.append(f"  ... and {len(unexpected) - 20} more unexpected")
@@ -128,21 +128,8 @@ def _message(path, manifest, missing, mismatched, unexpected, restorable):
     return "\n".join(lines)
 
 
-def _as_selector(sel):
-    from .parser import parse
-    from .selectors import Selector, everything
-
-    if sel is None:
-        return everything()
-    if isinstance(sel, str):
-        return parse(sel)
-    if not isinstance(sel, Selector):
-        raise TypeError(f"sel is a selector or its text, got {type(sel).__name__}")
-    return sel
-
-
 def _chosen(sel, catalog):
-    return _as_selector(sel).names(catalog)
+    return as_selector(sel).names(catalog)
 
 
 def _optimizer_of(model, optimizer):
@@ -171,7 +158,7 @@ def _strategy_scope(model):
     """The scope of the tf.distribute strategy the model's variables belong to, unless already in one."""
     import tensorflow as tf
 
-    strategy = getattr(getattr(model.variables[0], "value", None), "_distribute_strategy", None)
+    strategy = tf_internals.distribute_strategy_of(model.variables[0])
     if strategy is None or tf.distribute.has_strategy():
         return contextlib.nullcontext()
     return strategy.scope()

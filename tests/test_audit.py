@@ -231,7 +231,7 @@ def test_a_plan_is_audited_by_its_saved_names(fused):
 
 @pytest.mark.parametrize("resource", [True, False], ids=["resource", "reference"])
 def test_a_real_plan_and_its_saver_ops_change_nothing(resource):
-    from subsetsaver.planner import plan
+    from subsetsaver.planning import plan
 
     built = graphs.fused_bn_model(resource=resource, wire_updates=False)
     before = audit(ss.trainable(), built.graph)
@@ -278,7 +278,7 @@ def test_resnet_like_graph_flags_every_block():
 def test_the_dataflow_as_networkx_graphs(fused):
     import networkx as nx
 
-    from subsetsaver.reads import USE, dataflow
+    from subsetsaver.catalog.dataflow import USE, dataflow
 
     flow = dataflow(catalog.load(fused.graph))
     deps, values = flow.to_networkx("deps"), flow.to_networkx("values")

@@ -12,7 +12,7 @@ import subsetsaver as ss
 from subsetsaver import catalog
 from subsetsaver.cli import main
 from subsetsaver.cli.plan_commands import plan_command, slim_command
-from subsetsaver.planner import plan
+from subsetsaver.planning import plan
 
 v1 = tf.compat.v1
 

@@ -21,7 +21,7 @@ from cluster_util import LocalCluster, free_port, session_config
 
 import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
-from subsetsaver import npzfile
+from subsetsaver.formats import npz as npzfile
 
 v1 = tf.compat.v1
 PARTITIONED = ("embed/emb", "wide/w", "embed/emb/Momentum", "wide/w/Momentum")

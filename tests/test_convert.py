@@ -9,8 +9,10 @@ import pytest
 import tensorflow as tf
 
 from subsetsaver import cli as cli_module
-from subsetsaver import npzfile, portable
+from subsetsaver import portable
 from subsetsaver.cli.convert_command import convert_command
+from subsetsaver.formats import npz as npzfile
+from subsetsaver.tools import convert
 
 v1 = tf.compat.v1
 
@@ -105,7 +107,7 @@ def test_partitioned_variables_convert_back_to_slices(tmp_path):
     sess, _ = trained_session(built, steps=2)
     expected = all_values(sess, built)
     path = portable.save_npz(sess, str(tmp_path / "p.npz"))
-    report = portable.npz_to_checkpoint(path, str(tmp_path / "p"))
+    report = convert.npz_to_checkpoint(path, str(tmp_path / "p"))
     assert report.kept == npzfile.read_manifest(path).names and report.dropped == ()
 
     fresh = graphs.partitioned_model(seed=9)
@@ -130,8 +132,8 @@ def test_every_dtype_survives_npz_checkpoint_npz(tmp_path):
         else:
             arrays[name] = rng.integers(0, 256, 5 * dtype.itemsize, dtype=np.uint8).view(dtype)
     npzfile.write(str(tmp_path / "d.npz"), arrays)
-    portable.npz_to_checkpoint(str(tmp_path / "d.npz"), str(tmp_path / "d"))
-    portable.checkpoint_to_npz(str(tmp_path / "d"), str(tmp_path / "back.npz"))
+    convert.npz_to_checkpoint(str(tmp_path / "d.npz"), str(tmp_path / "d"))
+    convert.checkpoint_to_npz(str(tmp_path / "d"), str(tmp_path / "back.npz"))
     _, back = npzfile.read(str(tmp_path / "back.npz"))
     for name, value in arrays.items():
         assert back[name].dtype == value.dtype and back[name].tobytes() == value.tobytes(), name

@@ -251,7 +251,7 @@ class Checker:
     def latest(self):
         import tensorflow as tf
 
-        from subsetsaver.portable import NpzBackend
+        from subsetsaver.planning import NpzBackend
 
         if self.backend == "tf":
             return tf.train.latest_checkpoint(self.directory)
@@ -259,7 +259,7 @@ class Checker:
 
     def complete_checkpoints(self, where):
         """{final name: step} of every checkpoint under a final name, each read back and checked whole."""
-        from subsetsaver import npzfile
+        from subsetsaver.formats import npz as npzfile
 
         found = {}
         for name in sorted(os.listdir(self.directory)):
@@ -325,7 +325,7 @@ class Checker:
     def check_state_file(self, where, complete, latest):
         import tensorflow as tf
 
-        from subsetsaver.portable import STATE_FILENAME
+        from subsetsaver.planning import STATE_FILENAME
 
         if self.backend == "tf":
             state = tf.train.get_checkpoint_state(self.directory)
@@ -344,7 +344,7 @@ class Checker:
             assert prefix in complete, f"{where}: the state file lists {prefix}, which is not a complete checkpoint"
 
     def check_manifests(self, where, trial, complete):
-        from subsetsaver import manifest as manifest_module
+        from subsetsaver.formats import subset_manifest as manifest_module
 
         for name in sorted(os.listdir(self.directory)):
             if not name.endswith(manifest_module.SUFFIX):

@@ -20,6 +20,7 @@ import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
 from subsetsaver import draw
 from subsetsaver.cli.draw_command import draw_command
+from subsetsaver.draw import plan_tree as plan_tree_module
 from subsetsaver.errors import SubsetSaverWarning
 from subsetsaver.selectors import format_bytes
 
@@ -151,9 +152,9 @@ def test_mnist_svg_labels_match_the_selectors_totals(tmp_path, mnist, mnist_cata
     saved_names = SEED_SAVE.names(mnist_catalog)
     assert f"all variables: {len(mnist_catalog)} ({format_bytes(total)})" in caption
     assert f"writes: {len(saved_names)} variables" in caption
-    if importlib.util.find_spec("subsetsaver.planner") is None:
-        pytest.fail("subsetsaver.planner is missing: cannot compare the caption with the planner's sizes")
-    from subsetsaver.planner import plan
+    if importlib.util.find_spec("subsetsaver.planning") is None:
+        pytest.fail("subsetsaver.planning is missing: cannot compare the caption with the planner's sizes")
+    from subsetsaver.planning import plan
 
     sizes = plan(SEED_SAVE, mnist.graph).sizes
     assert f"an estimated {format_bytes(sizes.checkpoint_bytes)} checkpoint" in caption
@@ -375,11 +376,11 @@ def test_plan_tree_colours_variables_by_fate(tmp_path, mnist, mnist_catalog):
 
 
 def test_plan_tree_with_the_real_planner_and_auditor(tmp_path, mnist, mnist_catalog):
-    for module in ("subsetsaver.planner", "subsetsaver.audit"):
+    for module in ("subsetsaver.planning", "subsetsaver.audit"):
         if importlib.util.find_spec(module) is None:
             pytest.fail(f"{module} is missing")
     from subsetsaver.audit import audit
-    from subsetsaver.planner import plan
+    from subsetsaver.planning import plan
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SubsetSaverWarning)
@@ -438,7 +439,7 @@ def test_collapse_rules(resnet_catalog):
     narrow = draw.scope_tree(names, nbytes, max_children=5)
     items = drawn(narrow)
     assert all(len(i.children) <= 5 for i in items if i.kind == "scope" and i.depth > 0)
-    collapsed = {i.path: len(draw._children(i.scope, i.depth + 1)) for i in items if i.kind == "collapsed"}
+    collapsed = {i.path: len(plan_tree_module.child_items(i.scope, i.depth + 1)) for i in items if i.kind == "collapsed"}
     assert collapsed == {"resnet": 6, "opt/resnet": 6}  # conv0, block1-4, logits: too many children
     shallow = draw.scope_tree(names, nbytes, max_depth=2)
     items = drawn(shallow)
@@ -468,7 +469,7 @@ def test_without_dot_the_dot_file_is_still_written(tmp_path, monkeypatch, mnist_
     assert not (tmp_path / "plan.png").exists()
     assert (tmp_path / "plan.dot").read_text().startswith("digraph ")
     # shutil.which may find a dot that graphviz then cannot run: the same outcome.
-    monkeypatch.setattr(draw.shutil, "which", lambda program: "/nowhere/dot")
+    monkeypatch.setattr(plan_tree_module.shutil, "which", lambda program: "/nowhere/dot")
     with pytest.warns(SubsetSaverWarning, match="Graphviz's 'dot' program is not installed"):
         assert draw.draw_plan(stand_in, tmp_path / "again.svg", findings=[]) == str(tmp_path / "again.dot")
 

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import planner, training
+from subsetsaver import planning as planner
+from subsetsaver import training
 from subsetsaver.errors import CheckpointMismatchError
 
 v1 = tf.compat.v1

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
-from subsetsaver import index_check, npzfile, portable
+from subsetsaver import planning, portable
 from subsetsaver.cli import main
 from subsetsaver.errors import (
     BacktrackingRegexError,
@@ -36,8 +36,11 @@ from subsetsaver.errors import (
     SelectorSyntaxError,
     SubsetSaverError,
 )
-from subsetsaver.index_check import check_declared_sizes
-from subsetsaver.parser import parse
+from subsetsaver.formats import npz as npzfile
+from subsetsaver.formats import tf_index
+from subsetsaver.formats.tf_index import check_declared_sizes
+from subsetsaver.selectors import parse
+from subsetsaver.tools import convert
 
 v1 = tf.compat.v1
 FUZZ = settings(
@@ -110,7 +113,7 @@ def test_selectors_from_untrusted_text_never_run_anything(tmp_path, capsys):
         before_values, version, files = values(sess, graph), graph.version, snapshot(tmp_path)
         for text in injections(marker):
             for use in (parse, lambda t: ss.plan(t, graph), lambda t: portable.restore_npz(sess, path, sel=t),
-                        lambda t: portable.checkpoint_to_npz(path, str(tmp_path / "out.npz"), keep=t)):
+                        lambda t: convert.checkpoint_to_npz(path, str(tmp_path / "out.npz"), keep=t)):
                 with pytest.raises(SelectorSyntaxError) as error:
                     use(text)
                 assert error.value.text == text and error.value.reason, text
@@ -215,9 +218,9 @@ BACKTRACKING = ["(a+)+$", r"(\w+)+$", "([a-z_]+)*$", "(.*)*_x$"]
 
 BACKTRACKING_SCRIPT = textwrap.dedent(f"""
     import json, sys, time
-    from subsetsaver.catalog import Catalog, _Entry
+    from subsetsaver.catalog import Catalog, CatalogEntry as _Entry
     from subsetsaver.errors import SelectorSyntaxError
-    from subsetsaver.parser import parse
+    from subsetsaver.selectors import parse
     names = {REALISTIC_NAMES!r}
     cat = Catalog([_Entry(n, (1,), "float32", 4, (n,), i) for i, n in enumerate(names)], {{}}, kind="checkpoint")
     try:
@@ -314,7 +317,7 @@ def test_a_regex_whose_choices_the_next_character_decides_is_accepted(pattern):
     names = REALISTIC_NAMES + ["a/b/kernel", "layer_1/block_2/kernel", "10.0.0.1", "x", "aab"]
     assert parse(regex_text(pattern)) == ss.regex(pattern)
     assert ss.regex(pattern).evaluate(catalog_module.Catalog(
-        [catalog_module._Entry(n, (1,), "float32", 4, (n,), i) for i, n in enumerate(names)], {}, kind="checkpoint",
+        [catalog_module.CatalogEntry(n, (1,), "float32", 4, (n,), i) for i, n in enumerate(names)], {}, kind="checkpoint",
     )) == {n for n in names if re.search(pattern, n)}
 
 
@@ -651,6 +654,7 @@ import numpy as np
 import tensorflow as tf
 import subsetsaver as ss
 from subsetsaver import portable
+from subsetsaver.tools import convert
 v1 = tf.compat.v1
 directory = sys.argv[1]
 DECLARED, STORED = [2048, 2048, 2048], [128, 128, 128]
@@ -674,7 +678,7 @@ def run(case):
             elif kind == "restore_npz":
                 portable.restore_npz(sess, source)
             elif kind == "convert":
-                portable.checkpoint_to_npz(source, os.path.join(directory, "converted.npz"))
+                convert.checkpoint_to_npz(source, os.path.join(directory, "converted.npz"))
             result = {"class": None, "message": "no error"}
         except BaseException as error:
             result = {"class": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__],
@@ -789,7 +793,7 @@ def test_a_truncated_data_file_is_refused_before_anything_is_read(tmp_path):
         before = values(sess, graph)
         for use in (lambda: the_plan.restore_or_initialize(sess, prefix), lambda: the_plan.check(prefix),
                     lambda: catalog_module.load(prefix),
-                    lambda: portable.checkpoint_to_npz(prefix, str(tmp_path / "out.npz"))):
+                    lambda: convert.checkpoint_to_npz(prefix, str(tmp_path / "out.npz"))):
             with pytest.raises(CorruptCheckpointError) as error:
                 use()
             assert str(error.value) == message
@@ -805,7 +809,7 @@ def test_without_a_readable_index_table_declared_sizes_are_checked_against_all_d
     assert str(error.value) == (
         f"cannot read checkpoint '{prefix}': tensor 'small' declares [100] float32 (400 bytes) but the checkpoint "
         "stores 12 bytes for it (truncated or tampered); restore from an intact copy of the checkpoint")
-    monkeypatch.setattr(index_check, "_read_table", lambda data: None)  # as if its blocks were compressed
+    monkeypatch.setattr(tf_index, "_read_table", lambda data: None)  # as if its blocks were compressed
     with pytest.raises(CorruptCheckpointError) as error:
         catalog_module.open_checkpoint(prefix)
     assert str(error.value) == (
@@ -891,7 +895,7 @@ def test_npz_members_with_paths_are_refused_without_side_effects(tmp_path, membe
         before, files = values(sess, graph), snapshot(tmp_path)
         the_plan = ss.plan(ss.everything(), graph, backend="npz")
         for restore in (lambda: portable.restore_npz(sess, path), lambda: the_plan.restore_or_initialize(sess, path),
-                        lambda: npzfile.read(path), lambda: portable.npz_to_checkpoint(path, str(work / "out"))):
+                        lambda: npzfile.read(path), lambda: convert.npz_to_checkpoint(path, str(work / "out"))):
             with pytest.raises(CorruptCheckpointError) as error:
                 restore()
             assert str(error.value) == (f"'{path}', member '{member}': refused member name: {problem}; a portable "
@@ -914,10 +918,10 @@ def test_a_state_file_naming_a_path_outside_the_directory_is_ignored(tmp_path):
         sess.run([v.assign(v * 2) for v in graph.get_collection("variables")])
         portable.save_npz(sess, str(outside / "decoy.npz"))  # same names, other values
     for latest in ("../elsewhere/decoy.npz", str(outside / "decoy.npz"), "..", ""):
-        state = {"format": portable.STATE_FORMAT, "latest": latest, "kept": [latest]}
-        (inside / portable.STATE_FILENAME).write_text(json.dumps(state))
+        state = {"format": planning.STATE_FORMAT, "latest": latest, "kept": [latest]}
+        (inside / planning.STATE_FILENAME).write_text(json.dumps(state))
         files = snapshot(tmp_path)
-        assert portable.NpzBackend.latest_checkpoint(str(inside)) == kept
+        assert planning.NpzBackend.latest_checkpoint(str(inside)) == kept
         with v1.Session(graph=graph) as sess:
             report = the_plan.restore_or_initialize(sess, str(inside))
             assert report.checkpoint == kept and values(sess, graph) == saved

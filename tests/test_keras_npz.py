@@ -13,7 +13,8 @@ import tensorflow as tf
 
 import subsetsaver as ss
 from subsetsaver import keras as ss_keras
-from subsetsaver import keras_catalog, npzfile
+from subsetsaver.catalog import keras_source as keras_catalog
+from subsetsaver.formats import npz as npzfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 3

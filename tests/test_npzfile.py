@@ -13,7 +13,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from subsetsaver import CheckpointNotFoundError, CorruptCheckpointError, npzfile
+from subsetsaver import CheckpointNotFoundError, CorruptCheckpointError
+from subsetsaver.errors import UnsupportedDtypeError
+from subsetsaver.formats import npz as npzfile
+from subsetsaver.formats.npz import writer
 
 RNG = np.random.default_rng(7)
 
@@ -94,6 +97,17 @@ def test_member_names_are_flat_and_unique(tmp_path):
     assert same_bits(loaded["a.b"], arrays["a.b"]) and same_bits(loaded["x/../y"], arrays["x/../y"])
 
 
+def test_big_endian_and_strided_arrays_are_written_little_endian_and_contiguous(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "_dtype_names", {})  # a process that has written no little-endian int32 yet
+    arrays = {"be": np.arange(6, dtype=">i4").reshape(2, 3), "strided": np.arange(12.0).reshape(3, 4).T}
+    manifest = npzfile.write(str(tmp_path / "e.npz"), arrays)
+    assert [(e.dtype, e.stored_dtype, e.shape) for e in manifest.arrays] == [("int32", "<i4", (2, 3)),
+                                                                           ("float64", "<f8", (4, 3))]
+    _, loaded = npzfile.read(str(tmp_path / "e.npz"))
+    assert same_bits(loaded["be"], np.arange(6, dtype="<i4").reshape(2, 3))
+    assert same_bits(loaded["strided"], np.ascontiguousarray(arrays["strided"]))
+
+
 def test_ram_filesystem_round_trip():
     arrays = all_dtype_arrays()
     npzfile.write("ram://npzfile_test/model.npz", arrays)
@@ -116,8 +130,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
             raise OSError("disk full")
         return original(self, *args)
 
-    original = npzfile._ZipWriter.add
-    monkeypatch.setattr(npzfile._ZipWriter, "add", failing_add)
+    original = writer.ZipWriter.add
+    monkeypatch.setattr(writer.ZipWriter, "add", failing_add)
     with pytest.raises(OSError, match="disk full"):
         npzfile.write(path, {"w": np.arange(5.0), "b": np.zeros(2)})
     assert open(path, "rb").read() == before
@@ -134,7 +148,7 @@ def test_missing_directory_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("value, kind", [(np.array([b"ab", b"c"]), "byte strings"),
                                          (np.array([{"a": 1}], dtype=object), "Python objects")])
 def test_strings_and_objects_are_refused_at_write(tmp_path, value, kind):
-    with pytest.raises(npzfile.UnsupportedDtypeError) as error:
+    with pytest.raises(UnsupportedDtypeError) as error:
         npzfile.write(str(tmp_path / "s.npz"), {"name/s": value})
     assert str(error.value) == (
         f"cannot write 'name/s' to a portable checkpoint: it holds {kind}; portable checkpoints hold numeric arrays "

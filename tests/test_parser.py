@@ -8,19 +8,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subsetsaver import parser, selectors
 from subsetsaver.errors import SelectorSyntaxError
-from subsetsaver.parser import parse
 from subsetsaver.selectors import (
     Selector,
     name,
     nothing,
+    parse,
+    parser,
     regex,
     scope,
     slots,
     trainable,
     variables,
 )
+from subsetsaver.selectors import expressions as selectors
 
 FUZZ = settings(
     max_examples=int(os.environ.get("SUBSETSAVER_FUZZ_EXAMPLES", "300")),

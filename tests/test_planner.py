@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import manifest
 from subsetsaver.errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
@@ -21,7 +20,8 @@ from subsetsaver.errors import (
     EmptySelectionError,
     UninitializedVariablesError,
 )
-from subsetsaver.planner import (
+from subsetsaver.formats import subset_manifest as manifest
+from subsetsaver.planning import (
     CheckReport,
     Problem,
     RestoreReport,
@@ -285,7 +285,7 @@ def test_seed_scenario_restored_in_a_fresh_process(tmp_path):
         sys.path.insert(0, {TESTS!r})
         import graphs, numpy as np, tensorflow as tf
         import subsetsaver as ss
-        from subsetsaver.planner import plan
+        from subsetsaver.planning import plan
         built = graphs.mnist_cnn(channels=(4, 8), fc_units=32)
         feed = graphs.random_feed(built, batch_size=16, training=False, seed=7)
         out = {{}}

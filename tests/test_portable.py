@@ -15,7 +15,9 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import npzfile, planner, portable
+from subsetsaver import planning as planner
+from subsetsaver import portable
+from subsetsaver.formats import npz as npzfile
 
 v1 = tf.compat.v1
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -168,7 +170,7 @@ def test_a_finalized_graph_without_prepared_ops_says_how_to_fix_it(tmp_path):
     assert counting.runs == 1
     _, arrays = npzfile.read(path)
     assert all(arrays[name].tobytes() == value.tobytes() for name, value in expected.items())
-    with pytest.raises(portable.RestoreOpsMissingError) as error:
+    with pytest.raises(ss.RestoreOpsMissingError) as error:
         portable.restore_npz(sess, path)
     assert str(error.value) == (
         "the graph is finalized and has no npz restore ops for these 43 variables (conv_1/w, conv_1/b, "
@@ -416,7 +418,7 @@ def test_latest_checkpoint_skips_partial_and_damaged_files(tmp_path):
         handle.write(open(good, "rb").read()[:500])
     with open(directory + "/model-12.npz.tmp-1-abcdef01", "wb") as handle:  # a temporary never renamed
         handle.write(b"partial")
-    assert portable.NpzBackend.latest_checkpoint(directory) == good
+    assert planner.NpzBackend.latest_checkpoint(directory) == good
     assert plan.restore_or_initialize(sess, directory).checkpoint == good
     assert plan.check(directory).ok
 

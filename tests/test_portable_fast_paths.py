@@ -13,7 +13,12 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import npzfile, portable
+from subsetsaver import portable
+from subsetsaver.formats import atomic
+from subsetsaver.formats import npz as npzfile
+from subsetsaver.formats.npz import format as npz_format
+from subsetsaver.formats.npz import rows as npz_rows
+from subsetsaver.formats.npz import sources as npz_sources
 
 v1 = tf.compat.v1
 
@@ -106,8 +111,8 @@ def mixed():
 def where(request, tmp_path, monkeypatch):
     """Where the file lives: a local file read whole, one read through pread spans, or ram://."""
     if request.param == "local-pread":
-        monkeypatch.setattr(npzfile, "_READ_WHOLE", 0)
-        monkeypatch.setattr(npzfile, "_GATHER_SPAN", 256)  # many spans per group
+        monkeypatch.setattr(npz_sources, "_READ_WHOLE", 0)
+        monkeypatch.setattr(npz_rows, "_GATHER_SPAN", 256)  # many spans per group
     if request.param == "ram":
         return f"ram://fast_paths_{os.getpid()}_{id(request)}/m.npz"
     return str(tmp_path / "m.npz")
@@ -172,7 +177,7 @@ def test_a_damaged_small_array_is_named_and_changes_no_variable(mixed, tmp_path,
         monkeypatch.setattr(pickle, name, lambda *a, **k: pytest.fail("unpickled"))
     with pytest.raises(ss.CorruptCheckpointError) as error:
         portable.restore_npz(sess, path)
-    member_crc = zlib.crc32(saved["small/f32_3"].tobytes(), zlib.crc32(npzfile._npy_header("<f4", (3,))))
+    member_crc = zlib.crc32(saved["small/f32_3"].tobytes(), zlib.crc32(npz_format.npy_header("<f4", (3,))))
     message = str(error.value)
     assert message.startswith(f"'{path}', member 'small.f32_3.npy': checksum mismatch for array 'small/f32_3' ")
     assert message.endswith("its data was altered or damaged; use another checkpoint")
@@ -221,7 +226,7 @@ def test_large_variables_are_fetched_one_by_one_and_small_ones_in_stacks(mixed):
                                           ("complex128", (2, 2))])
 @pytest.mark.parametrize("span", [1 << 20, 40])
 def test_load_rows_gathers_into_any_rows_across_spans(tmp_path, monkeypatch, dtype, shape, span):
-    monkeypatch.setattr(npzfile, "_GATHER_SPAN", span)
+    monkeypatch.setattr(npz_rows, "_GATHER_SPAN", span)
     rng = np.random.default_rng(5)
     arrays = {f"a{i}": random_value(dtype, shape, rng) for i in range(7)}
     arrays["other"] = np.arange(3, dtype=np.int8)  # not gathered: another size
@@ -251,7 +256,7 @@ def test_load_rows_works_on_files_whose_data_is_not_aligned(tmp_path):
             archive.writestr(*member)
     out = np.zeros((2, 4), np.uint8)
     with npzfile.Archive(path) as archive:
-        offsets = [archive._by_name()[name][1] for name in ("x", "y")]
+        offsets = [archive.locations()[name][1] for name in ("x", "y")]
         plan = archive.plan_rows(["x", "y"], [1, 0], 4)
         archive.load_rows(plan, out)
     assert np.gcd.reduce(offsets) == 1 and plan.unit == 1
@@ -291,7 +296,7 @@ def open_descriptors():
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through Linux /proc")
 def test_a_replaced_file_is_closed_in_the_background_and_the_new_one_is_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(npzfile, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
     path = str(tmp_path / "m.npz")
     npzfile.write(path, {"w": np.arange(1000, dtype=np.float32)})
     npzfile.finish_background_work()
@@ -307,7 +312,7 @@ def test_a_replaced_file_is_closed_in_the_background_and_the_new_one_is_whole(tm
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through Linux /proc")
 def test_a_failed_rename_closes_the_held_file_and_keeps_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(npzfile, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
     path = str(tmp_path / "m.npz")
     npzfile.write(path, {"w": np.ones(10, np.float32)})
     npzfile.finish_background_work()
@@ -326,7 +331,7 @@ def test_a_failed_rename_closes_the_held_file_and_keeps_it(tmp_path, monkeypatch
 
 
 def test_a_symbolic_link_target_is_replaced_by_the_file_not_held(tmp_path, monkeypatch):
-    monkeypatch.setattr(npzfile, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
     real = tmp_path / "real.npz"
     npzfile.write(str(real), {"w": np.ones(3, np.float32)})
     link = tmp_path / "link.npz"

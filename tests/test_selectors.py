@@ -1,13 +1,10 @@
 """Selectors without TensorFlow: evaluated against a small fake catalog."""
 
 import re
-import sys
 import types
 
 import pytest
 
-import subsetsaver
-from subsetsaver import selectors
 from subsetsaver.errors import EmptySelectionError
 from subsetsaver.selectors import (
     averages,
@@ -24,6 +21,7 @@ from subsetsaver.selectors import (
     trainable,
     variables,
 )
+from subsetsaver.selectors import expressions as selectors
 
 SIZES = {  # creation order, bytes
     "global_step": 8,
@@ -78,10 +76,9 @@ class FakeCatalog:
 
 @pytest.fixture
 def catalog(monkeypatch):
-    """A fake catalog; ``catalog.load`` (the real module may not exist) returns it unchanged."""
+    """A fake catalog; the selectors' ``catalog.load`` returns it unchanged."""
     fake_module = types.SimpleNamespace(load=lambda source: source)
-    monkeypatch.setitem(sys.modules, "subsetsaver.catalog", fake_module)
-    monkeypatch.setattr(subsetsaver, "catalog", fake_module, raising=False)
+    monkeypatch.setattr(selectors, "catalog_module", fake_module)
     return FakeCatalog()
 
 

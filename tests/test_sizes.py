@@ -8,8 +8,7 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import sizes
-from subsetsaver.planner import plan
+from subsetsaver.planning import plan, sizes
 
 v1 = tf.compat.v1
 

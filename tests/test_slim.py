@@ -9,10 +9,11 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import catalog, manifest
+from subsetsaver import catalog
 from subsetsaver.errors import CheckpointMismatchError
-from subsetsaver.planner import plan
-from subsetsaver.slim import checkpoint_file_bytes, slim
+from subsetsaver.formats import subset_manifest as manifest
+from subsetsaver.planning import plan
+from subsetsaver.tools.slim import checkpoint_file_bytes, slim
 
 v1 = tf.compat.v1
 SMALL = dict(channels=(4, 8), fc_units=32)

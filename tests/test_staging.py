@@ -19,8 +19,9 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import files, staging
-from subsetsaver import manifest as manifest_module
+from subsetsaver.formats import atomic as files
+from subsetsaver.formats import subset_manifest as manifest_module
+from subsetsaver.planning import staging
 
 v1 = tf.compat.v1
 

@@ -17,8 +17,9 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver import npzfile, training
+from subsetsaver import training
 from subsetsaver.errors import CheckpointMismatchError
+from subsetsaver.formats import npz as npzfile
 
 v1 = tf.compat.v1
 TESTS = os.path.dirname(os.path.abspath(__file__))

@@ -22,7 +22,7 @@ import graphs  # noqa: E402
 
 import subsetsaver as ss  # noqa: E402
 from subsetsaver.draw import draw_plan, draw_sets  # noqa: E402
-from subsetsaver.planner import plan  # noqa: E402
+from subsetsaver.planning import plan  # noqa: E402
 
 
 def main():

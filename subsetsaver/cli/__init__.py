@@ -1,5 +1,9 @@
 """The ``subsetsaver`` command: a thin layer over the library's plain functions.
 
+Each command module parses flags, calls functions of the rooms below (catalog,
+selectors, audit, planning, portable, tools, draw) and prints a table or JSON
+(``output``). Nothing here computes what the library does not.
+
 Example::
 
     $ subsetsaver select --graph model.meta "trainable() | bn_stats()"
@@ -17,6 +21,8 @@ from .catalog_commands import inspect_command, select_command
 from .convert_command import convert_command
 from .draw_command import draw_command
 from .plan_commands import plan_command, slim_command
+
+__all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,6 +13,9 @@ import sys
 
 import click
 
+from .. import catalog
+from ..audit import audit
+from ..selectors import parse
 from .output import echo_json
 
 EXIT_ERRORS_FOUND = 1
@@ -26,9 +29,6 @@ EXIT_ERRORS_FOUND = 1
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a list.")
 def audit_command(graph, expression, fetches, as_json):
     """List what saving EXPR from the graph forgets; exit 1 if anything is an error."""
-    from .. import catalog
-    from ..audit import audit
-    from ..parser import parse
 
     selector = parse(expression)
     cat = catalog.load(graph)

@@ -4,7 +4,8 @@ import collections
 
 import click
 
-from ..selectors import format_bytes
+from .. import catalog
+from ..selectors import format_bytes, parse
 from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, load_source, record_json, record_row
 
 
@@ -13,7 +14,6 @@ from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, load_so
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def inspect_command(checkpoint, as_json):
     """List a checkpoint's tensors with bytes, totals per top-level scope, and optimizer state."""
-    from .. import catalog
 
     cat = catalog.checkpoint_catalog(checkpoint)
     records = cat.records
@@ -57,7 +57,6 @@ def inspect_command(checkpoint, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def select_command(expression, graph, checkpoint, explain, as_json):
     """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals."""
-    from ..parser import parse
 
     selector = parse(expression)
     cat = load_source(graph, checkpoint)

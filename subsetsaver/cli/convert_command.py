@@ -3,6 +3,7 @@
 import click
 
 from ..selectors import format_bytes
+from ..tools import convert
 from .output import echo_json
 
 
@@ -19,17 +20,15 @@ def convert_command(source, output, keep, as_json):
       subsetsaver convert train/model-9000 model.npz --keep "~slots()"
       subsetsaver convert model.npz serve/model
     """
-    from .. import portable
-
     if source.endswith(".npz"):
         if output.endswith(".npz"):
             raise click.UsageError("both SOURCE and OUTPUT are .npz files; one side must be a checkpoint prefix")
-        report = portable.npz_to_checkpoint(source, output, keep=keep)
+        report = convert.npz_to_checkpoint(source, output, keep=keep)
         kind = "checkpoint"
     else:
         if not output.endswith(".npz"):
             raise click.UsageError(f"OUTPUT '{output}' must end in .npz when SOURCE is a checkpoint")
-        report = portable.checkpoint_to_npz(source, output, keep=keep)
+        report = convert.checkpoint_to_npz(source, output, keep=keep)
         kind = "portable file"
     if as_json:
         echo_json({"source": report.source, "output": report.output, "kind": kind, "kept": list(report.kept),

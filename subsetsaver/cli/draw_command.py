@@ -13,7 +13,10 @@ import warnings
 
 import click
 
+from ..draw import draw_plan, draw_sets
 from ..errors import SubsetSaverWarning
+from ..planning import plan
+from ..selectors import parse
 from .output import load_source
 
 DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slots", "slots()"))
@@ -30,8 +33,6 @@ DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slot
               help="Picture to write: .png, .svg, .pdf (and .dot/.gv for --tree).")
 def draw_command(graph, checkpoint, save, set_options, tree, output):
     """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate."""
-    from ..draw import draw_plan, draw_sets
-    from ..parser import parse
 
     extension = os.path.splitext(output)[1].lower()
     if extension in (".dot", ".gv"):
@@ -70,7 +71,6 @@ def _plan(saved, cat):
     """(plan, findings): the planner's plan of a graph, which draw_plan audits; for a checkpoint
     (no graph to plan or audit) a stand-in with the same names and no findings."""
     if cat.graph is not None:
-        from ..planner import plan
 
         return plan(saved, cat), None
     saved_names = tuple(saved.names(cat))

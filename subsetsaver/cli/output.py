@@ -4,6 +4,7 @@ import json
 
 import click
 
+from .. import catalog
 from ..selectors import format_bytes
 
 
@@ -54,7 +55,6 @@ RECORD_ALIGN = "lllrrl"
 
 def load_source(graph, checkpoint):
     """The catalog named by ``--graph`` (preferred: it has structure) or ``--checkpoint``."""
-    from .. import catalog
 
     if graph is None and checkpoint is None:
         raise click.UsageError("name a source: --graph model.meta or --checkpoint CKPT")

@@ -4,7 +4,9 @@ import sys
 
 import click
 
+from ..planning import plan
 from ..selectors import format_bytes
+from ..tools.slim import slim
 from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, record_json, record_row
 
 
@@ -64,7 +66,6 @@ def plan_command(graph, expression, checkpoint, remap, as_json):
 
     Exits 1 when CKPT is missing variables or has other shapes or dtypes.
     """
-    from ..planner import plan
 
     the_plan = plan(expression, graph, remap=_parse_remap(remap))
     by_name = the_plan.catalog.records_by_name
@@ -108,7 +109,6 @@ def plan_command(graph, expression, checkpoint, remap, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def slim_command(checkpoint, expression, graph, output, force, as_json):
     """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
-    from ..slim import slim
 
     report = slim(checkpoint, expression, output, graph=graph, overwrite=force)
     if as_json:

@@ -1,0 +1,60 @@
+"""The catalog room: one picture of a program's variables, read once from its source.
+
+Flow: a source (``tf.Graph``, ``.meta`` file, checkpoint, Keras model) is read into a
+:class:`Catalog` (``sources``, ``checkpoints``, ``keras_source``); the graph's ops are
+joined with their function bodies (``op_graph``); each variable's role (optimizer slot,
+batch-norm statistic, moving average, step) is found from that structure (``roles``);
+and who reads and writes each variable (``dataflow``) is what the audit reasons over.
+
+This room imports only ``formats``, ``errors`` and ``tf_internals``. Other rooms use the
+names in ``__all__``.
+
+Example::
+
+    >>> from subsetsaver import catalog
+    >>> cat = catalog.load(graph)
+    >>> sorted(cat.role('slot'))[:2]
+    ['conv_1/b/Adam', 'conv_1/b/Adam_1']
+"""
+
+from .checkpoints import checkpoint_catalog, checkpoint_prefix, npz_catalog, open_checkpoint
+from .dataflow import Dataflow, dataflow, no_garbage_collection
+from .keras_source import KerasVariables, is_keras_model
+from .keras_source import read as read_keras
+from .records import (
+    GLOBAL_STEP,
+    GLOBAL_VARIABLES,
+    LOCAL_VARIABLES,
+    TRAINABLE_VARIABLES,
+    Catalog,
+    CatalogEntry,
+    VariableRecord,
+    value_bytes,
+)
+from .roles import ROLES, Roles, roles_from_names
+from .sources import load
+
+__all__ = [
+    "GLOBAL_STEP",
+    "GLOBAL_VARIABLES",
+    "LOCAL_VARIABLES",
+    "ROLES",
+    "TRAINABLE_VARIABLES",
+    "Catalog",
+    "CatalogEntry",
+    "Dataflow",
+    "KerasVariables",
+    "Roles",
+    "VariableRecord",
+    "checkpoint_catalog",
+    "checkpoint_prefix",
+    "dataflow",
+    "is_keras_model",
+    "load",
+    "no_garbage_collection",
+    "npz_catalog",
+    "open_checkpoint",
+    "read_keras",
+    "roles_from_names",
+    "value_bytes",
+]

@@ -1,0 +1,180 @@
+"""The catalog: one picture of a program's variables, read once from a source.
+
+A :class:`Catalog` holds every variable's name, shape, dtype, bytes, collections and
+(lazily) roles, in creation order. The readers in this package build it; selectors,
+the audit, the planner and the drawings only ask it questions.
+
+Example::
+
+    >>> cat = load(graph)
+    >>> cat.record('conv_1/w')
+    VariableRecord(name='conv_1/w', shape=(5, 5, 1, 32), dtype='float32', nbytes=3200, ...)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+from .op_graph import OpGraph
+from .roles import Roles, roles_from_names
+
+GLOBAL_VARIABLES = "variables"
+LOCAL_VARIABLES = "local_variables"
+TRAINABLE_VARIABLES = "trainable_variables"
+GLOBAL_STEP = "global_step"
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableRecord:
+    """Everything subsetsaver knows about one logical variable."""
+
+    name: str                   # op name without ':0'; a partitioned variable's full name
+    shape: tuple                # ints (None where unknown)
+    dtype: str                  # 'float32', 'bfloat16', 'int64', ...
+    nbytes: int                 # bytes of the values (0 when the shape is not fully known)
+    collections: frozenset      # graph collection keys that hold it
+    trainable: bool
+    roles: frozenset            # subset of roles.ROLES, plus 'partitioned'
+    slot_of: str | None = None  # for an optimizer slot: the variable it belongs to
+    average_of: str | None = None  # for a moving-average shadow: the averaged variable
+    parts: tuple = ()           # a partitioned variable's part names, in order
+    index: int = 0              # creation order
+
+
+@dataclasses.dataclass(frozen=True)
+class CatalogEntry:
+    """What a reader knows of one variable before roles and collections are joined in."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    nbytes: int
+    parts: tuple
+    index: int
+
+
+class Catalog:
+    """Variables of one source, in creation order, with collections and (lazily) roles."""
+
+    def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None):
+        entries = sorted(entries, key=lambda e: e.index)
+        self.kind = kind                       # 'graph', 'meta' or 'checkpoint'
+        self.graph = graph
+        self.ordered_names = tuple(e.name for e in entries)
+        self.all_names = frozenset(self.ordered_names)
+        self._entries = {e.name: e for e in entries}
+        self._position = {name: i for i, name in enumerate(self.ordered_names)}
+        self._collections = {k: frozenset(v) for k, v in collections.items()}
+        self._variables = variables or {}
+        self._roles_source = roles
+        self._roles = None
+        self._records = None
+        self._op_graph = None
+
+    # -- what selectors ask -------------------------------------------------------
+    def in_order(self, names) -> list:
+        return sorted(names, key=self._position.__getitem__)
+
+    def nbytes(self, names) -> int:
+        return sum(self._entries[n].nbytes for n in names)
+
+    def collection(self, key) -> frozenset:
+        if key == TRAINABLE_VARIABLES and self.kind == "checkpoint":
+            return self.all_names - self.role("slot") - self.role("bn_stat") - self.role("average") - self.role(
+                "global_step"
+            )
+        return self._collections.get(key, frozenset())
+
+    def collection_note(self, key) -> str:
+        if self.kind == "checkpoint":
+            if key == TRAINABLE_VARIABLES:
+                return "guessed: a checkpoint has no collections; everything that is not optimizer state, statistics or a step"
+            return "a checkpoint has no collections"
+        return ""
+
+    def role(self, role) -> frozenset:
+        return self.roles.by_role.get(role, frozenset())
+
+    def role_note(self, role) -> str:
+        return "from names: no graph" if self.roles.from_names else ""
+
+    # -- what the rest of the library asks ---------------------------------------
+    @property
+    def roles(self) -> Roles:
+        if self._roles is None:
+            self._roles = self._roles_source(self) if callable(self._roles_source) else roles_from_names(self.all_names)
+        return self._roles
+
+    @property
+    def op_graph(self):
+        """The graph's ops and function bodies (an :class:`~subsetsaver.catalog.op_graph.OpGraph`),
+        read once; None without a graph."""
+        if self._op_graph is None and self.graph is not None:
+            self._op_graph = OpGraph(self.graph.as_graph_def())
+        return self._op_graph
+
+    def variables(self, names) -> list:
+        """The ``tf.Variable`` objects (partitions expanded) behind ``names``, in the given order."""
+        if self.graph is None:
+            raise TypeError(f"a {self.kind} catalog has no tf.Variable objects; pass a tf.Graph")
+        return [variable for name in names for variable in self._variables[name]]
+
+    def record(self, name) -> VariableRecord:
+        return self.records_by_name[name]
+
+    @property
+    def records(self) -> list:
+        """Full records, roles included, in creation order."""
+        if self._records is None:
+            roles = self.roles
+            member = {}
+            for key, names in self._collections.items():
+                for name in names:
+                    member.setdefault(name, set()).add(key)
+            trainable = self.collection(TRAINABLE_VARIABLES)
+            records = []
+            for name in self.ordered_names:
+                entry = self._entries[name]
+                kinds = {role for role, names in roles.by_role.items() if name in names}
+                if len(entry.parts) > 1:
+                    kinds.add("partitioned")
+                records.append(
+                    VariableRecord(
+                        name=name,
+                        shape=entry.shape,
+                        dtype=entry.dtype,
+                        nbytes=entry.nbytes,
+                        collections=frozenset(member.get(name, ())),
+                        trainable=name in trainable,
+                        roles=frozenset(kinds),
+                        slot_of=roles.slot_of.get(name),
+                        average_of=roles.average_of.get(name),
+                        parts=entry.parts if len(entry.parts) > 1 else (),
+                        index=entry.index,
+                    )
+                )
+            self._records = records
+        return self._records
+
+    @property
+    def records_by_name(self) -> dict:
+        return {r.name: r for r in self.records}
+
+    def __len__(self):
+        return len(self.ordered_names)
+
+    def __repr__(self):
+        return f"<Catalog of {len(self)} variables from a {self.kind}>"
+
+
+@functools.lru_cache(maxsize=4096)
+def value_bytes(shape, dtype) -> int:
+    """Bytes of a tensor's values: ``value_bytes((3, 4), tf.float32) == 48``; 0 for strings or unknown dims."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(dtype)
+    if dtype == tf.string or any(d is None or d < 0 for d in shape):
+        return 0
+    return math.prod(shape) * dtype.size

@@ -1,0 +1,80 @@
+"""The portable checkpoint file: a numpy ``.npz`` archive with an embedded JSON manifest.
+
+Only the file format (no TensorFlow graph code). A file is a zip archive of uncompressed
+members that ``np.load(path, allow_pickle=False)`` opens:
+
+* one ``.npy`` member per array, named after the variable (``conv_1/w`` ->
+  ``conv_1.w.npy``), data aligned to 64 bytes in the file;
+* ``__subsetsaver__.json``: the manifest, written last: per array its name, member,
+  shape, dtype, the dtype it is stored as, byte size and checksum (the member's CRC-32,
+  or the SHA-256 of the data with ``checksum='sha256'``); the selector text and the
+  library, TensorFlow, numpy and Python versions.
+
+Dtypes numpy's ``.npy`` format cannot describe (bfloat16, float8, int4) are stored as
+raw unsigned bytes of the same width, the true dtype in the manifest; :func:`read`
+gives them back typed. String and object arrays are refused (:class:`UnsupportedDtypeError`).
+Reading validates everything before it allocates or returns anything and never unpickles;
+writes are atomic and durable (:mod:`subsetsaver.formats.atomic`).
+
+Modules, each importing only those above it:
+
+- ``format``: constants, dtypes, :class:`ArrayEntry`, :class:`Manifest`, member names,
+  ``.npy`` headers, the manifest's JSON schema;
+- ``memory``: aligned buffers and small bounded caches;
+- ``writer``: :func:`write` and the streaming zip writer;
+- ``sources``: the bytes of a file being read (local, or remote in memory);
+- ``rows``: gathering many small arrays into the rows of one buffer;
+- ``reader``: :class:`Archive`, :func:`read`, :func:`read_manifest`, :func:`verify`.
+
+Example::
+
+    >>> from subsetsaver.formats import npz
+    >>> npz.write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()')
+    >>> manifest, arrays = npz.read('/ckpt/model.npz')
+    >>> manifest.entry('conv_1/w').shape, arrays['conv_1/w'].dtype
+    ((5, 5, 1, 32), dtype('float32'))
+"""
+
+from ...errors import UnsupportedDtypeError
+from ..atomic import finish_background_work
+from ..atomic import write_bytes as write_bytes_atomically  # the name earlier callers use
+from .format import (
+    ALIGNMENT,
+    CHECKSUMS,
+    DEFAULT_CHECKSUM,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_MEMBER,
+    STORED_AS,
+    ArrayEntry,
+    Manifest,
+    entry_spec,
+    numpy_dtype,
+)
+from .memory import aligned_bytes, evict_oldest
+from .reader import Archive, read, read_manifest, verify
+from .writer import write
+
+__all__ = [
+    "ALIGNMENT",
+    "CHECKSUMS",
+    "DEFAULT_CHECKSUM",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_MEMBER",
+    "STORED_AS",
+    "ArrayEntry",
+    "Manifest",
+    "Archive",
+    "UnsupportedDtypeError",
+    "aligned_bytes",
+    "entry_spec",
+    "evict_oldest",
+    "finish_background_work",
+    "numpy_dtype",
+    "read",
+    "read_manifest",
+    "verify",
+    "write",
+    "write_bytes_atomically",
+]

@@ -1,0 +1,250 @@
+"""Writing a portable checkpoint: arrays streamed through a minimal zip writer into an atomic file.
+
+Arrays are written as they are (no second copy in memory), hashed in worker threads
+while earlier ones are written; the manifest goes last. The file appears whole under
+its name or not at all (:func:`subsetsaver.formats.atomic.replacing`). String and object
+arrays are refused (:class:`~subsetsaver.errors.UnsupportedDtypeError`): a portable file
+holds numbers only, so nothing in it can ask for pickle.
+
+Example::
+
+    >>> write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()').names
+    ('conv_1/w', 'opt/beta1_power')
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import hashlib
+import json
+import os
+import struct
+import zlib
+
+from ...errors import UnsupportedDtypeError
+from ...version import __version__
+from .. import atomic
+from .format import (
+    ALIGNMENT,
+    CHECKSUMS,
+    DEFAULT_CHECKSUM,
+    HASH_IN_THREADS,
+    MANIFEST_MEMBER,
+    STORED_AS,
+    ArrayEntry,
+    Manifest,
+    manifest_to_json,
+    member_name,
+    npy_header,
+)
+
+
+def write(path, arrays, *, selector=None, metadata=None, array_info=None, checksum=DEFAULT_CHECKSUM,
+          _force_zip64=False) -> Manifest:
+    """Write ``arrays`` (name -> numpy array, order kept) to ``path`` atomically.
+
+    ``checksum``: 'crc32' (default: the CRC-32 of each member, the one the zip format
+    and ``np.load`` check too, so it costs nothing extra) or 'sha256' (also a SHA-256 of
+    each array's data: stronger against random damage, about twice the CPU time).
+    Neither is a signature: whoever can rewrite the file can rewrite its checksums.
+
+    ``selector``: the selector text to record; ``metadata``: JSON for the whole file;
+    ``array_info``: name -> JSON dict kept in that array's manifest entry. The arrays
+    are streamed into the file (no second copy in memory) and hashed in worker threads
+    while earlier ones are written.
+
+    >>> write('model.npz', {'dense/w': np.ones((2, 3), np.float32)}).names
+    ('dense/w',)
+    """
+    path = os.fspath(path)
+    if checksum not in CHECKSUMS:
+        raise ValueError(f"checksum={checksum!r} is not one of {', '.join(repr(c) for c in CHECKSUMS)}")
+    array_info = dict(array_info or {})
+    items, used = [], set()
+    for index, (name, value) in enumerate(dict(arrays).items()):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"array names are non-empty strings, got {name!r}")
+        data, true_dtype = _storable(name, value)
+        member = member_name(name, index, used)
+        stored = STORED_AS[true_dtype]
+        header = npy_header(stored, data.shape)
+        info = array_info.get(name) or {}
+        if info:
+            json.dumps(info)  # fail early on what JSON cannot hold
+        items.append((name, member, true_dtype, stored, data, header, info))
+    unknown = set(array_info) - {item[0] for item in items}
+    if unknown:
+        raise ValueError(f"array_info names arrays that are not written: {', '.join(sorted(unknown))}")
+
+    entries = []
+    with atomic.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        zip_writer = ZipWriter(sink, force_zip64=_force_zip64)
+        digests = [
+            pool.submit(_digest, header, raw, checksum) if raw.nbytes >= HASH_IN_THREADS
+            else _FinishedFuture(_digest(header, raw, checksum))
+            for (_, _, _, _, raw, header, _) in items
+        ]
+        for (name, member, true_dtype, stored, raw, header, info), digest in zip(items, digests):
+            crc, sha = digest.result()
+            zip_writer.add(member, (header, raw), len(header) + raw.nbytes, crc)
+            entries.append(ArrayEntry(name, member, tuple(int(d) for d in raw.shape), true_dtype, stored,
+                                      int(raw.nbytes), sha, info))
+        manifest = Manifest(
+            path=path,
+            arrays=tuple(entries),
+            selector=selector,
+            metadata=dict(metadata or {}),
+            versions=_versions(),
+            written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            checksum=checksum,
+        )
+        text = json.dumps(manifest_to_json(manifest), separators=(",", ":")).encode("utf-8")  # C encoder: fast
+        zip_writer.add(MANIFEST_MEMBER, (text,), len(text), zlib.crc32(text))
+        zip_writer.finish()
+    return manifest
+
+
+def _storable(name, value):
+    """(a C-contiguous little-endian array to write, its true dtype name) or a clear error."""
+    import numpy as np
+
+    array = np.asarray(value)
+    true_dtype = _dtype_names.get(array.dtype)
+    if true_dtype is None:
+        true_dtype = _dtype_names[array.dtype] = array.dtype.name
+    if true_dtype not in STORED_AS:
+        kind = {"O": "Python objects", "S": "byte strings", "U": "unicode strings", "V": "raw records"}.get(
+            array.dtype.kind, f"dtype {array.dtype}"
+        )
+        raise UnsupportedDtypeError(
+            f"cannot write '{name}' to a portable checkpoint: it holds {kind}; portable checkpoints hold numeric "
+            f"arrays only ({', '.join(STORED_AS)}): leave it out of the selection, or use the 'tf' backend"
+        )
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # np.ascontiguousarray would turn a scalar into shape (1,)
+    return _raw_view(array, true_dtype), true_dtype
+
+
+_dtype_names = {}  # numpy's dtype.name is slow; thousands of small arrays ask it
+
+
+def _raw_view(array, true_dtype):
+    """The array's bytes reinterpreted as its stored dtype, shape kept, no copy."""
+    import numpy as np
+
+    stored = np.dtype(STORED_AS[true_dtype])
+    return array.view(stored) if array.dtype != stored else array
+
+
+def _digest(header, raw, checksum):
+    """(CRC-32 of the member: header + data, the manifest's hex checksum); both release the GIL."""
+    data = _bytes_of(raw)
+    crc = zlib.crc32(data, zlib.crc32(header))
+    return crc, (f"{crc:08x}" if checksum == "crc32" else hashlib.sha256(data).hexdigest())
+
+
+def _bytes_of(array):
+    """A flat byte view of a C-contiguous array (no copy)."""
+    return memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
+
+
+class _FinishedFuture:
+    """A finished future: what small arrays, hashed in this thread, give instead of ``pool.submit``."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+def _versions() -> dict:
+    import platform
+    import sys
+
+    import numpy as np
+
+    tensorflow = sys.modules.get("tensorflow")
+    tf_version = getattr(tensorflow, "__version__", None)
+    if tf_version is None:
+        try:
+            import importlib.metadata
+
+            tf_version = importlib.metadata.version("tensorflow")
+        except Exception:  # not installed: the file format does not need it
+            tf_version = None
+    return {"subsetsaver": __version__, "tensorflow": tf_version, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+class ZipWriter:
+    """A minimal streaming zip writer: stored members, 64-byte aligned data, zip64 when needed.
+
+    CRCs are known before a member is written, so it never seeks back: it works on
+    streams that cannot seek (``tf.io.gfile`` writers).
+
+    >>> zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
+    """
+
+    _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01: reproducible bytes
+    _PADDING_ID = 0xD935                 # the extra-field id zipalign uses for padding
+
+    def __init__(self, sink, *, force_zip64=False):
+        self._sink = sink
+        self._offset = 0
+        self._central = []
+        self._force_zip64 = force_zip64
+
+    def _write(self, data):
+        self._sink.write(data)
+        self._offset += len(data) if isinstance(data, bytes) else data.nbytes
+
+    def add(self, name, pieces, size, crc):
+        """Member ``name`` of ``size`` bytes with CRC-32 ``crc``: ``pieces`` (bytes or arrays) in order."""
+        encoded = name.encode("ascii")
+        offset = self._offset
+        zip64 = self._force_zip64 or size >= 0xFFFFFFFF
+        extra = struct.pack("<HHQQ", 1, 16, size, size) if zip64 else b""
+        used = offset + 30 + len(encoded) + len(extra) + 4
+        padding = (-used) % ALIGNMENT
+        extra += struct.pack("<HH", self._PADDING_ID, padding) + b"\0" * padding
+        stored_size = 0xFFFFFFFF if zip64 else size
+        header = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if zip64 else 20, 0, 0, 0, self._DOS_DATE, crc,
+                             stored_size, stored_size, len(encoded), len(extra)) + encoded + extra
+        for piece in pieces:  # small pieces go out with the header in one write
+            if isinstance(piece, bytes):
+                header += piece
+            else:
+                if header:
+                    self._write(header)
+                    header = b""
+                if piece.nbytes:
+                    self._write(_bytes_of(piece))
+        if header:
+            self._write(header)
+        self._central.append((encoded, crc, size, offset))
+
+    def finish(self):
+        """The central directory and its end records (zip64 ones when sizes or offsets need them)."""
+        start = self._offset
+        for encoded, crc, size, offset in self._central:
+            big_size = self._force_zip64 or size >= 0xFFFFFFFF
+            big_offset = self._force_zip64 or offset >= 0xFFFFFFFF
+            fields = ([size, size] if big_size else []) + ([offset] if big_offset else [])
+            extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
+            self._write(struct.pack(
+                "<IHHHHHHIIIHHHHHII", 0x02014B50, (3 << 8) | 45, 45 if fields else 20, 0, 0, 0, self._DOS_DATE,
+                crc, 0xFFFFFFFF if big_size else size, 0xFFFFFFFF if big_size else size, len(encoded), len(extra),
+                0, 0, 0, 0o100644 << 16, 0xFFFFFFFF if big_offset else offset,
+            ) + encoded + extra)
+        end = self._offset
+        count, directory_size = len(self._central), end - start
+        if self._force_zip64 or count >= 0xFFFF or directory_size >= 0xFFFFFFFF or start >= 0xFFFFFFFF:
+            self._write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, directory_size, start))
+            self._write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+            self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0))
+        else:
+            self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, directory_size, start, 0))

@@ -1,0 +1,56 @@
+"""The planning room: one Saver (or portable writer) over the chosen variables, one initializer for the rest.
+
+Flow inside the room: ``planner`` resolves a selector into a :class:`Plan`; the plan
+names its checkpoint keys (``remap``), knows its exact sizes (``sizes``) and talks to a
+backend (``backends``: ``tf_backend`` writes TensorFlow checkpoints through a staged
+Saver, ``staging``; ``npz_backend`` writes portable files through ``npz_ops`` and
+``npz_layout``). Every op that puts checkpoint values into variables is built in
+``restore_ops``. Every difference between a plan and a checkpoint is a ``reports.Problem``.
+``averages`` restores moving-average shadows for evaluation; ``scaffold`` runs a plan
+inside ``MonitoredTrainingSession``.
+
+This room imports ``catalog``, ``selectors``, ``audit``, ``formats``, ``errors`` and
+``tf_internals``. Other rooms use the names in ``__all__``.
+
+Example::
+
+    >>> from subsetsaver.planning import plan
+    >>> p = plan("trainable() | bn_stats()", graph, max_to_keep=3)
+    >>> print(p.summary())
+"""
+
+from .averages import AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
+from .backends import BACKENDS, Backend, backend_class
+from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
+from .planner import ON_MISMATCH, Plan, plan
+from .remap import checkpoint_names, suggest_remap
+from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
+from .scaffold import initialize_if_uninitialized, scaffold
+from .tf_backend import TfBackend
+
+__all__ = [
+    "BACKENDS",
+    "ON_MISMATCH",
+    "STATE_FILENAME",
+    "STATE_FORMAT",
+    "AverageRestoreReport",
+    "AverageRestorer",
+    "Backend",
+    "CheckReport",
+    "NpzBackend",
+    "Plan",
+    "Problem",
+    "RestoreReport",
+    "TfBackend",
+    "average_restore_map",
+    "backend_class",
+    "checkpoint_names",
+    "compare_contents",
+    "describe_all",
+    "first_line",
+    "initialize_if_uninitialized",
+    "plan",
+    "scaffold",
+    "shadow_names",
+    "suggest_remap",
+]

@@ -1,0 +1,450 @@
+"""The plan: one Saver over the chosen variables, one initializer for the rest.
+
+``plan(sel, graph)`` resolves a selector, builds every op it will ever run (the Saver's
+save and restore ops, the initializer of the rest, a "what is still uninitialized"
+report, and, for ``on_mismatch='initialize'``, restore ops that can load any subset),
+and returns a :class:`Plan`. After that the graph may be finalized: saving and
+restoring only run existing ops, one ``session.run`` per step.
+
+Example::
+
+    >>> p = plan(trainable() | scope('conv_1/bn') | scope('conv_2/bn'), graph)
+    >>> graph.finalize()
+    >>> with tf.compat.v1.Session(graph=graph) as sess:
+    ...     report = p.restore_or_initialize(sess, 'ckpt/')   # latest checkpoint, or init
+    ...     ...
+    ...     p.save(sess, 'ckpt/model', global_step=step)
+    >>> print(p.summary())
+"""
+
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+from .. import catalog as catalog_module
+from .. import tf_internals
+from ..audit import audit, warn_for
+from ..errors import (
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    EmptySelectionError,
+    SubsetSaverWarning,
+    UninitializedVariablesError,
+)
+from ..formats import subset_manifest
+from ..selectors import Selector, format_bytes, parse
+from . import scaffold as scaffold_module
+from . import sizes as sizes_module
+from .averages import AverageRestorer
+from .backends import backend_class
+from .remap import checkpoint_names, nearest_names, suggest_remap
+from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
+
+ON_MISMATCH = ("error", "initialize")
+_REJECTED_SAVER_OPTIONS = {
+    "var_list": "pass a selector to plan() instead",
+    "defer_build": "a plan builds everything at plan time",
+}
+
+
+
+
+def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_averages=None, strict=False,
+         **saver_kwargs) -> Plan:
+    """Build the plan for saving ``sel`` and initializing every other variable.
+
+    ``sel``: a selector or its text. ``graph``: a ``tf.Graph`` (None: the default
+    graph) or a ``.meta`` file. ``remap``: restore from checkpoints whose names differ
+    (see :func:`checkpoint_names`). ``on_mismatch``: 'error' (a restore with a missing,
+    reshaped or retyped variable raises one CheckpointMismatchError listing them all) or
+    'initialize' (those variables are initialized and reported). ``backend``: 'tf'
+    (TensorFlow checkpoints through a Saver) or another registered backend (see
+    :class:`TfBackend` for the interface). ``use_averages``: True, an
+    ``ExponentialMovingAverage`` or its name: a restore takes each variable from its
+    moving-average shadow when the checkpoint holds one (``v/ExponentialMovingAverage``),
+    from the variable itself otherwise, and reports which in ``from_averages`` (see
+    :class:`subsetsaver.planning.averages.AverageRestorer`). ``saver_kwargs`` go to
+    ``tf.compat.v1.train.Saver`` (``max_to_keep``, ``sharded``, ...).
+
+    The audit runs first: each error finding (e.g. batch-norm statistics the selection
+    forgets) is a ``SubsetSaverWarning``; ``strict=True`` raises them as one error
+    before any op is built.
+
+    >>> p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
+    """
+    if isinstance(sel, str):
+        sel = parse(sel)
+    if not isinstance(sel, Selector):
+        raise TypeError(f"plan() takes a selector or its text, got {type(sel).__name__}")
+    if on_mismatch not in ON_MISMATCH:
+        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
+    backend_type = backend_class(backend)
+    for option, why in _REJECTED_SAVER_OPTIONS.items():
+        if option in saver_kwargs:
+            raise TypeError(f"plan() does not take the Saver option {option!r}: {why}")
+
+    catalog = catalog_module.load(graph)
+    if catalog.graph is None:
+        raise TypeError(f"plan() needs a graph with variables, not a {catalog.kind}; pass a tf.Graph or a .meta file")
+    saved_names = sel.names(catalog)
+    if not saved_names:
+        raise EmptySelectionError(
+            f"selector {sel!r} saves no variable, so there is nothing to plan; "
+            "use tf.compat.v1.global_variables_initializer() to only initialize"
+        )
+    warn_for(audit(sel, catalog), strict=strict, stacklevel=2)
+    return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
+                saver_kwargs=saver_kwargs, use_averages=use_averages)
+
+
+class Plan:
+    """A Saver over the chosen variables and an initializer for the rest; see :func:`plan`.
+
+    Attributes: ``selector``, ``catalog``, ``graph``, ``saved``/``rest`` (tf.Variable
+    lists, partitions expanded), ``saved_names``/``rest_names`` (names in creation
+    order), ``checkpoint_names`` (name -> name in the checkpoint), ``saver``,
+    ``init_op``, ``sizes``, ``backend``, ``on_mismatch``, ``remap``.
+    """
+
+    def __init__(self, selector, catalog, saved_names, *, remap, on_mismatch, backend, saver_kwargs,
+                 use_averages=None):
+        import tensorflow as tf
+
+        self.selector = selector
+        self.catalog = catalog
+        self.graph = catalog.graph
+        self.on_mismatch = on_mismatch
+        self.remap = dict(remap) if remap else None
+        chosen = set(saved_names)
+        self.saved_names = tuple(saved_names)
+        self.rest_names = tuple(n for n in catalog.ordered_names if n not in chosen)
+        self.saved = catalog.variables(self.saved_names)
+        self.rest = catalog.variables(self.rest_names)
+        self.checkpoint_names = checkpoint_names(self.saved_names, self.remap)
+        self._parts = {name: catalog.variables([name]) for name in catalog.ordered_names}
+        variables = {self.checkpoint_names[name]: self._parts[name] for name in self.saved_names}
+        self.backend = backend(self.graph, variables, partial_restore=on_mismatch == "initialize", **saver_kwargs)
+        with self.graph.as_default(), tf.compat.v1.name_scope("subsetsaver"):
+            self.init_op = tf.compat.v1.variables_initializer(self.rest, name="initialize_rest")
+            self._initialize_all = tf.compat.v1.variables_initializer(self.saved + self.rest, name="initialize_all")
+            self._uninitialized = tf.compat.v1.report_uninitialized_variables(
+                self.saved + self.rest, name="report_uninitialized"
+            )
+            tf_internals.mark_used(self._uninitialized)  # it is run later, not now
+        self._logical_name = {part.op.name: name for name, parts in self._parts.items() for part in parts}
+        self._checkpoint_to_name = {key: name for name, key in self.checkpoint_names.items()}
+        self.use_averages = use_averages
+        self._averages = None
+        if use_averages is not None and use_averages is not False:
+            self._averages = AverageRestorer(self, ema=None if use_averages is True else use_averages)
+
+    # -- what a plan is ----------------------------------------------------------------
+    @property
+    def saver(self):
+        """The ``tf.compat.v1.train.Saver`` over :attr:`saved`, built at plan time."""
+        return self.backend.saver
+
+    def spec(self, name) -> tuple:
+        """(shape, dtype name) of a variable of the graph; a partitioned one's full shape."""
+        parts = self._parts[name]
+        head = parts[0]
+        info = tf_internals.slice_info(head)
+        if info is not None:
+            shape = tuple(info.full_shape)
+        else:
+            shape = tuple(head.shape.as_list()) if head.shape.dims is not None else None
+        return shape, head.dtype.base_dtype.name
+
+    @functools.cached_property
+    def sizes(self) -> sizes_module.PlanSizes:
+        """Bytes saved/initialized, exact .data and estimated .index sizes, vs a full Saver."""
+        tensors = self._saved_tensors(self.saved_names, self.checkpoint_names)
+        global_variables = self.catalog.collection("variables")
+        global_names = [n for n in self.catalog.ordered_names if n in global_variables]
+        full = self._saved_tensors(global_names, {n: n for n in global_names})
+        per_scope = {}
+        for fate, names in (("saved", self.saved_names), ("rest", self.rest_names)):
+            for name in names:
+                scope = name.split("/", 1)[0] if "/" in name else "(root)"
+                counts = per_scope.setdefault(scope, {"saved": [0, 0], "rest": [0, 0]})
+                counts[fate][0] += 1
+                counts[fate][1] += self.catalog.nbytes([name])
+        saved_bytes = self.catalog.nbytes(self.saved_names)
+        rest_bytes = self.catalog.nbytes(self.rest_names)
+        return sizes_module.PlanSizes(
+            saved_bytes=saved_bytes,
+            rest_bytes=rest_bytes,
+            total_bytes=saved_bytes + rest_bytes,
+            data_bytes=sizes_module.data_bytes(tensors),
+            index_bytes=sizes_module.index_bytes(tensors),
+            data_files=len(sizes_module.data_bytes_per_shard(tensors)),
+            full_data_bytes=sizes_module.data_bytes(full),
+            full_index_bytes=sizes_module.index_bytes(full),
+            per_scope=tuple(
+                sizes_module.ScopeSize(scope, c["saved"][0], c["saved"][1], c["rest"][0], c["rest"][1])
+                for scope, c in sorted(per_scope.items())
+            ),
+            exact=all(t.exact for t in tensors),
+        )
+
+    def _saved_tensors(self, names, keys) -> list:
+        """The tensors a Saver writes for ``names``, in its write order (sorted by key)."""
+        sharded = tf_internals.saver_is_sharded(self.saver)
+        devices = sorted({_device(part) for name in names for part in self._parts[name]}) if sharded else [""]
+        tensors = []
+        for key, name in sorted((keys[n], n) for n in names):
+            for part in self._parts[name]:
+                shard = devices.index(_device(part)) if sharded else 0
+                dtype = part.dtype.base_dtype.name
+                shape = tuple(part.shape.as_list()) if part.shape.dims is not None else (None,)
+                info = tf_internals.slice_info(part)
+                if info is not None:
+                    tensors.append(sizes_module.SavedTensor(key, dtype, tuple(info.var_shape),
+                                                            tuple(info.full_shape), tuple(info.var_offset), shard))
+                else:
+                    tensors.append(sizes_module.SavedTensor(key, dtype, shape, shard=shard))
+        return tensors
+
+    # -- pre-flight --------------------------------------------------------------------
+    def check(self, checkpoint) -> CheckReport:
+        """Compare the plan with a checkpoint (prefix, file or directory) without touching variables."""
+        prefix = self.backend.prefix(checkpoint)
+        return self._check(prefix)
+
+    def _check(self, prefix) -> CheckReport:
+        contents = self.backend.contents(prefix)
+        unmatched = sorted(k for k in contents if k not in self._checkpoint_to_name)
+        missing = [self.checkpoint_names[n] for n in self.saved_names if self.checkpoint_names[n] not in contents]
+        remap, resolves = suggest_remap(missing, unmatched) if missing and not self.remap else (None, 0)
+        nearest = nearest_names(missing, unmatched or sorted(contents), remap)
+        expected = [(name, self.checkpoint_names[name], *self.spec(name)) for name in self.saved_names]
+        problems = compare_contents(expected, contents, nearest)
+        rest = set(self.rest_names)
+        for key in unmatched:
+            found_shape, found_dtype = contents[key]
+            problems.append(Problem("unexpected", key if key in rest else None, key,
+                                    found_shape=found_shape, found_dtype=found_dtype))
+        return CheckReport(
+            checkpoint=prefix,
+            selector=repr(self.selector),
+            problems=tuple(problems),
+            remap=remap,
+            remap_resolves=resolves,
+            manifest=_manifest_or_none(prefix),
+        )
+
+    # -- running -----------------------------------------------------------------------
+    def restore_or_initialize(self, sess, checkpoint) -> RestoreReport:
+        """Restore :attr:`saved` from ``checkpoint`` and initialize :attr:`rest`; or, with no
+        checkpoint (None, or a directory that holds none yet), initialize everything.
+
+        The checkpoint is checked first: with ``on_mismatch='error'`` any missing,
+        reshaped or retyped variable raises one CheckpointMismatchError before a variable
+        is touched. The saved variables are restored before the rest is initialized, so
+        initializers that read them (moving averages of weights) see restored values.
+        Given a directory, a damaged latest checkpoint (torn by a crash, truncated,
+        failing its checksums) is skipped with a ``SubsetSaverWarning`` and the next
+        newest one the directory lists is restored; CorruptCheckpointError if none is whole.
+        """
+        import tensorflow as tf
+
+        self._check_session(sess)
+        path = None if checkpoint is None else os.fspath(checkpoint)
+        if path is not None and not tf.io.gfile.isdir(path):
+            return self._restore_from(sess, self.backend.prefix(path))
+        damaged = []
+        for prefix in self.backend.checkpoints(path) if path is not None else ():
+            if damaged:
+                warnings.warn(f"skipped damaged checkpoint '{damaged[-1][0]}' ({first_line(damaged[-1][1])}); "
+                              f"restoring '{prefix}'", SubsetSaverWarning, stacklevel=2)
+            try:
+                return self._restore_from(sess, prefix)
+            except CorruptCheckpointError as error:
+                damaged.append((prefix, error))
+        if len(damaged) == 1:
+            raise damaged[0][1]
+        if damaged:
+            listing = "\n".join(f"  '{prefix}': {first_line(error)}" for prefix, error in damaged)
+            raise CorruptCheckpointError(f"no checkpoint in '{path}' is whole; each failed:\n{listing}\n"
+                                         "restore from a copy, or pass None to start from initial values")
+        sess.run(self._initialize_all)
+        self._confirm_initialized(sess, "after initializing")
+        return RestoreReport(None, (), tuple(self.catalog.ordered_names))
+
+    def _restore_from(self, sess, prefix) -> RestoreReport:
+        if self._averages is not None:
+            return self._averages.restore_or_initialize(sess, prefix)
+        report = self._check(prefix)
+        mismatched = report.blocking
+        if mismatched and self.on_mismatch == "error":
+            raise CheckpointMismatchError(report.message(), mismatched)
+        import tensorflow as tf
+
+        bad = {p.name for p in mismatched}
+        try:
+            if not bad:
+                self.backend.restore(sess, prefix)
+                sess.run(self.init_op)
+            else:
+                good = [self.checkpoint_names[n] for n in self.saved_names if n not in bad]
+                self.backend.restore(sess, prefix, good)
+                fallback = [n for n in self.saved_names if n in bad]
+                sess.run([part.initializer for name in fallback + list(self.rest_names) for part in self._parts[name]])
+        except tf.errors.OpError as error:
+            raise CorruptCheckpointError(
+                f"restoring from '{prefix}' failed: {first_line(error)}; variables may be partly restored, "
+                "restore again from a good checkpoint"
+            ) from error
+        self._confirm_initialized(sess, f"after restoring from '{prefix}'")
+        restored = tuple(n for n in self.saved_names if n not in bad)
+        initialized = tuple(n for n in self.catalog.ordered_names if n in bad or n not in self.checkpoint_names)
+        return RestoreReport(prefix, restored, initialized, mismatched)
+
+    def save(self, sess, save_path, global_step=None, **options) -> str:
+        """Write the checkpoint (and ``PREFIX.subset.json`` beside it); returns the prefix.
+
+        ``options`` go to ``Saver.save`` (``write_meta_graph``, ``latest_filename``, ...).
+        """
+        import tensorflow as tf
+
+        self._check_session(sess)
+        save_path = os.fspath(save_path)
+        parent = os.path.dirname(save_path)
+        if parent and not tf.io.gfile.isdir(parent):
+            raise CheckpointNotFoundError(
+                f"cannot save to '{save_path}': directory '{parent}' does not exist; create it first"
+            )
+        # The manifests of the checkpoints this save may retire go first: a crash must not leave
+        # a manifest beside a deleted checkpoint (a checkpoint without its manifest is harmless).
+        retiring = self._retiring()
+        kept_manifests = {prefix: _manifest_or_none(prefix) for prefix in retiring}
+        for prefix in retiring:
+            subset_manifest.remove_manifest(prefix)
+        try:
+            prefix = self.backend.save(sess, save_path, global_step, **options)
+        except tf.errors.FailedPreconditionError as error:
+            saved = set(self.saved_names)
+            names = [name for name in self._uninitialized_names(sess) if name in saved]
+            if not names:
+                raise
+            raise UninitializedVariablesError(
+                f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
+                f"{', '.join(names)}; run plan.restore_or_initialize(sess, None) first",
+                names,
+            ) from error
+        subset_manifest.write_manifest(prefix, self._manifest_content())
+        for old, content in kept_manifests.items():  # still kept (a rewrite, keep_checkpoint_every_n_hours)
+            if content is not None and old != prefix and self.backend.exists(old):
+                subset_manifest.write_manifest(old, content)
+        return prefix
+
+    def _retiring(self) -> list:
+        """The checkpoints the next save deletes if it writes a new one (the oldest past max_to_keep)."""
+        kept = self.backend.last_checkpoints
+        if not self.backend.max_to_keep:
+            return []
+        return kept[:max(0, len(kept) + 1 - self.backend.max_to_keep)]
+
+    def scaffold(self, warm_start=None, *, resume_from=None, **scaffold_kwargs):
+        """A ``tf.compat.v1.train.Scaffold`` for ``MonitoredTrainingSession``: its Saver is
+        :attr:`saver`, a resume restores :attr:`saved` and initializes the rest, a fresh
+        start initializes everything (then runs ``warm_start``). Build it before the
+        session: see :func:`subsetsaver.planning.scaffold.scaffold`.
+
+        >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+        ...         checkpoint_dir='run/', scaffold=p.scaffold()) as sess:
+        ...     sess.run(train_op)
+        """
+        return scaffold_module.scaffold(self, warm_start, resume_from=resume_from, **scaffold_kwargs)
+
+    def summary(self) -> str:
+        """A human table: what is saved, what is initialized, per scope, and the size comparison."""
+        sizes = self.sizes
+        lines = [f"plan {self.selector!r} (backend {self.backend.name!r}, on_mismatch={self.on_mismatch!r})"]
+        lines.append(f"  saved        {len(self.saved_names):>6} variables  {format_bytes(sizes.saved_bytes):>10}"
+                     "  (restored from the checkpoint)")
+        lines.append(f"  initialized  {len(self.rest_names):>6} variables  {format_bytes(sizes.rest_bytes):>10}"
+                     "  (never restored)")
+        lines.append("")
+        rows = [("scope", "saved", "saved size", "initialized", "initialized size")]
+        for s in sizes.per_scope:
+            rows.append((s.scope, str(s.saved_variables), format_bytes(s.saved_bytes), str(s.rest_variables),
+                         format_bytes(s.rest_bytes)))
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        for position, row in enumerate(rows):
+            cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]
+            lines.append("  " + "  ".join(cells).rstrip())
+            if position == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
+        lines.append("")
+        exactness = "exact" if sizes.exact else "at least: string values vary"
+        lines.append(f"  checkpoint files: .data {sizes.data_bytes:,} bytes ({exactness}, "
+                     f"{sizes.data_files} file{'s' if sizes.data_files > 1 else ''}), "
+                     f".index ~{sizes.index_bytes:,} bytes")
+        lines.append(
+            f"a full Saver would write {format_bytes(sizes.full_checkpoint_bytes)}; this plan writes "
+            f"{format_bytes(sizes.checkpoint_bytes)} ({sizes.ratio:.1f} times smaller)"
+        )
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<Plan {self.selector!r}: {len(self.saved_names)} saved ({format_bytes(self.sizes.saved_bytes)}), "
+                f"{len(self.rest_names)} initialized ({format_bytes(self.sizes.rest_bytes)})>")
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check_session(self, sess):
+        if getattr(sess, "graph", None) is not self.graph:
+            raise ValueError(
+                "the session runs another graph than the plan's; "
+                "create it with tf.compat.v1.Session(graph=plan.graph)"
+            )
+
+    def _uninitialized_names(self, sess) -> list:
+        found = [raw.decode() for raw in sess.run(self._uninitialized)]
+        return list(dict.fromkeys(self._logical_name.get(name, name) for name in found))
+
+    def _confirm_initialized(self, sess, when):
+        names = self._uninitialized_names(sess)
+        if names:
+            raise UninitializedVariablesError(
+                f"{when}, {len(names)} variable{'s are' if len(names) > 1 else ' is'} still uninitialized: "
+                f"{', '.join(names)}",
+                names,
+            )
+
+    def _manifest_content(self) -> dict:
+        variables = []
+        for name in self.saved_names:
+            shape, dtype = self.spec(name)
+            variables.append({
+                "name": name,
+                "checkpoint_name": self.checkpoint_names[name],
+                "shape": None if shape is None else list(shape),
+                "dtype": dtype,
+                "bytes": self.catalog.nbytes([name]),
+                "parts": len(self._parts[name]),
+            })
+        return subset_manifest.manifest_content(
+            selector=repr(self.selector),
+            variables=variables,
+            initialized=self.rest_names,
+            remap=self.remap,
+            backend=self.backend.name,
+        )
+
+
+def _manifest_or_none(prefix):
+    try:
+        return subset_manifest.read_manifest(prefix)
+    except CorruptCheckpointError:
+        return None
+
+
+def _device(part) -> str:
+    import tensorflow as tf
+
+    return tf.DeviceSpec.from_string(part.device or "").to_string()

@@ -1,0 +1,210 @@
+"""The reports a plan gives, and the one comparison of expected variables with a checkpoint.
+
+Every backend and every restore path (the plan, moving-average evaluation, portable
+files, Keras models) compares what it expects with what a checkpoint holds through
+:func:`compare_spec` / :func:`compare_contents`, and describes each difference with
+:meth:`Problem.describe`, so a mismatch reads the same wherever it is found.
+
+Example::
+
+    >>> problems = compare_contents([("dense/w", "dense/w", (3, 4), "float32")],
+    ...                             {"dense/w": ((4, 3), "float32")})
+    >>> problems[0].describe()
+    'shape mismatch: dense/w, expected [3, 4] float32, checkpoint has [4, 3] float32'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+LISTED_UNEXPECTED = 20
+_TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One difference between a plan and a checkpoint.
+
+    ``kind``: 'missing' (the plan restores ``name`` but the checkpoint lacks
+    ``checkpoint_name``), 'shape' or 'dtype' (both have it, differently), or
+    'unexpected' (the checkpoint holds ``checkpoint_name`` and the plan does not restore
+    it; ``name`` is set when the graph has that variable and will initialize it).
+    ``nearest``: for a missing name, the closest name the checkpoint does hold.
+    """
+
+    kind: str
+    name: str | None
+    checkpoint_name: str
+    expected_shape: tuple | None = None
+    expected_dtype: str | None = None
+    found_shape: tuple | None = None
+    found_dtype: str | None = None
+    nearest: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        """True for what stops a restore: missing, shape and dtype problems."""
+        return self.kind != "unexpected"
+
+    def describe(self) -> str:
+        renamed = f" (checkpoint name {self.checkpoint_name})" if self.name and self.name != self.checkpoint_name else ""
+        expected = _spec_text(self.expected_shape, self.expected_dtype)
+        found = _spec_text(self.found_shape, self.found_dtype)
+        if self.kind == "missing":
+            hint = f"; nearest in the checkpoint: {self.nearest}" if self.nearest else ""
+            return f"missing: {self.name}{renamed}, expected {expected}{hint}"
+        if self.kind in ("shape", "dtype"):
+            return f"{self.kind} mismatch: {self.name}{renamed}, expected {expected}, checkpoint has {found}"
+        fate = f"; the plan initializes graph variable {self.name}" if self.name else ""
+        return f"not restored: {self.checkpoint_name} {found}{fate}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    """The pre-flight diff between a plan and a checkpoint (see :meth:`Plan.check`).
+
+    ``problems``: every :class:`Problem`, blocking ones first in the plan's order, then
+    the checkpoint's tensors the plan does not restore. ``remap``: a suggested ``remap``
+    when the missing names exist under another scope prefix (else None).
+    ``manifest``: the checkpoint's subsetsaver manifest, if it has one.
+    """
+
+    checkpoint: str
+    selector: str
+    problems: tuple
+    remap: dict | None = None
+    remap_resolves: int = 0
+    manifest: dict | None = None
+
+    @property
+    def blocking(self) -> tuple:
+        return tuple(p for p in self.problems if p.blocking)
+
+    @property
+    def ok(self) -> bool:
+        """No missing, shape or dtype problem (tensors the plan ignores are fine)."""
+        return not self.blocking
+
+    def of_kind(self, kind) -> tuple:
+        return tuple(p for p in self.problems if p.kind == kind)
+
+    @property
+    def missing(self) -> tuple:
+        return self.of_kind("missing")
+
+    @property
+    def unexpected(self) -> tuple:
+        return self.of_kind("unexpected")
+
+    def message(self) -> str:
+        """The text of the CheckpointMismatchError a restore raises for this report."""
+        blocking = self.blocking
+        counts = []
+        for kind, label in (("missing", "missing"), ("shape", "shape mismatch"), ("dtype", "dtype mismatch")):
+            count = len(self.of_kind(kind))
+            if count:
+                counts.append(f"{count} {label}{'es' if count > 1 and kind != 'missing' else ''}")
+        lines = [f"checkpoint '{self.checkpoint}' does not match the plan {self.selector}: {', '.join(counts)}"]
+        lines += describe_all(blocking)
+        if self.manifest is not None:
+            lines.append(f"the checkpoint was written by a plan with selector {self.manifest.get('selector')}")
+        if self.remap:
+            missing = len(self.missing)
+            lines.append(
+                f"fix: pass remap={self.remap!r} to ss.plan: the checkpoint holds "
+                f"{self.remap_resolves} of the {missing} missing variable{'s' if missing > 1 else ''} under that scope"
+            )
+        lines.append("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them")
+        return "\n".join(lines)
+
+    def __str__(self):
+        head = self.message() if not self.ok else f"checkpoint '{self.checkpoint}' matches the plan {self.selector}"
+        unexpected = self.unexpected
+        lines = [head] + ["  " + p.describe() for p in unexpected[:LISTED_UNEXPECTED]]
+        if len(unexpected) > LISTED_UNEXPECTED:
+            lines.append(f"  ... and {len(unexpected) - LISTED_UNEXPECTED} more tensors the plan does not restore")
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreReport:
+    """What :meth:`Plan.restore_or_initialize` did.
+
+    ``checkpoint``: the prefix restored from, or None (everything initialized).
+    ``restored`` / ``initialized``: variable names, in creation order. ``mismatched``:
+    the problems ``on_mismatch='initialize'`` handled by initializing (empty otherwise).
+    ``from_averages``: with ``use_averages``, the restored variables that came from their
+    moving-average shadow (the others in ``restored`` came from their own values).
+    """
+
+    checkpoint: str | None
+    restored: tuple
+    initialized: tuple
+    mismatched: tuple = ()
+    from_averages: tuple = ()
+
+
+def _spec_text(shape, dtype) -> str:
+    if shape is None and dtype is None:
+        return "?"
+    dims = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    return f"{dims} {dtype}"
+
+
+def compare_spec(name, key, shape, dtype, found, region=None):
+    """The shape or dtype Problem of variable ``name`` against checkpoint entry ``found``
+    (``(shape, dtype)`` of ``key``, or ``(shape, dtype, region)`` for a stored part of a
+    partitioned variable), or None when they fit. ``region``: the ``(offset, shape)`` the
+    variable expects to find stored, when it stores only part of its full shape."""
+    found_shape, found_dtype = found[0], found[1]
+    shape_ok = _compatible(shape, found_shape)
+    if shape_ok and region is not None:
+        found_region = found[2] if len(found) > 2 else None
+        shape_ok = found_region is not None and (tuple(found_region[0]), tuple(found_region[1])) == tuple(region)
+    if not shape_ok:
+        return Problem("shape", name, key, shape, dtype, found_shape, found_dtype)
+    if dtype != found_dtype:
+        return Problem("dtype", name, key, shape, dtype, found_shape, found_dtype)
+    return None
+
+
+def compare_contents(expected, contents, nearest=None) -> list:
+    """Every missing, shape and dtype Problem of ``expected`` against a checkpoint's ``contents``.
+
+    ``expected``: ``(name, key, shape, dtype)`` or ``(name, key, shape, dtype, region)`` per
+    variable, in the order problems should be listed; ``contents``: key -> ``(shape, dtype)``
+    (or with a region, see :func:`compare_spec`); ``nearest``: key -> the closest name the
+    checkpoint holds, for missing ones.
+    """
+    problems = []
+    for name, key, shape, dtype, *region in expected:
+        found = contents.get(key)
+        if found is None:
+            problems.append(Problem("missing", name, key, shape, dtype, nearest=(nearest or {}).get(key)))
+            continue
+        problem = compare_spec(name, key, shape, dtype, found, region[0] if region else None)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _compatible(expected, found) -> bool:
+    if expected is None:
+        return True
+    return len(expected) == len(found) and all(e is None or e == f for e, f in zip(expected, found))
+
+
+def describe_all(problems) -> list:
+    """One indented line per problem, as every mismatch message lists them."""
+    return ["  " + problem.describe() for problem in problems]
+
+
+def first_line(error) -> str:
+    """The line of an error that says what went wrong; for a TensorFlow OpError, its cause
+    (e.g. "... Checksum does not match ...") rather than "Graph execution error:"."""
+    text = (getattr(error, "message", None) or str(error)).strip()
+    lines = [line for line in text.splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith(_TENSORFLOW_NOISE)]
+    if lines:
+        return lines[0]
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,163 @@
+"""Crash-safe TensorFlow checkpoint saves: write under a staging prefix, then publish.
+
+TensorFlow's Saver writes a checkpoint's files under their final names one after the
+other: SaveV2 renames its ``.data`` file and then its ``.index``, and a sharded save's
+MergeV2Checkpoints writes the merged ``.index`` in place. A process killed in between
+leaves a torn checkpoint under the final name, and when the save overwrote a prefix (no
+``global_step``) the only checkpoint there was is gone.
+
+Here the Saver writes to a hidden staging prefix beside the target
+(``.model-100.tmp-HOST-PID-RANDOM``). The staged files are then linked under the final
+names, the ``.index`` last: a checkpoint exists once its ``.index`` does, so no reader
+ever sees a mix of old and new files. An overwrite first points the state file at the
+complete staged copy and removes the old ``.index``, so at every moment the state file
+names a complete checkpoint. Only then does the Saver record the checkpoint, rewrite the
+state file and delete the checkpoints past ``max_to_keep``, as ``Saver.save`` does.
+Staged files that a killed process left behind are deleted by the next save on the same
+host into the same directory.
+
+Like ``Saver.save`` this does not fsync: it guards against a killed process, not against
+a power cut. Paths with a scheme (``gs://``, ``ram://``) are saved by the Saver directly:
+object stores publish each object whole when it is closed.
+
+Example::
+
+    >>> save_staged(saver, sess, 'ckpt/model', global_step=100)
+    'ckpt/model-100'
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import numbers
+import os
+import shutil
+
+from .. import tf_internals
+from ..formats.atomic import fsync_directory, remove_abandoned, temporary_name
+
+
+@functools.lru_cache(maxsize=None)
+def staged_saver_class():
+    """``tf.compat.v1.train.Saver`` whose ``save`` is :func:`save_staged` (so also the saves a
+    ``MonitoredTrainingSession``'s CheckpointSaverHook makes through a plan's scaffold)."""
+    import tensorflow as tf
+
+    class StagedSaver(tf.compat.v1.train.Saver):
+        """A Saver whose save() never leaves a torn checkpoint; see :mod:`subsetsaver.staging`."""
+
+        def save(self, sess, save_path, global_step=None, latest_filename=None, meta_graph_suffix="meta",
+                 write_meta_graph=True, write_state=True, strip_default_attrs=False, save_debug_info=False):
+            return save_staged(self, sess, save_path, global_step, latest_filename=latest_filename,
+                               meta_graph_suffix=meta_graph_suffix, write_meta_graph=write_meta_graph,
+                               write_state=write_state, strip_default_attrs=strip_default_attrs,
+                               save_debug_info=save_debug_info)
+
+    return StagedSaver
+
+
+def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=None, meta_graph_suffix="meta",
+                write_meta_graph=True, write_state=True, strip_default_attrs=False, save_debug_info=False) -> str:
+    """``saver.save(sess, save_path, global_step, ...)`` that never leaves a torn checkpoint; returns the prefix."""
+    import tensorflow as tf
+
+    write = functools.partial(tf.compat.v1.train.Saver.save, saver, sess)  # the Saver's own save, not a subclass's
+    save_path = os.fspath(save_path)
+    if "://" in save_path:
+        return write(save_path, global_step, latest_filename=latest_filename, meta_graph_suffix=meta_graph_suffix,
+                     write_meta_graph=write_meta_graph, write_state=write_state,
+                     strip_default_attrs=strip_default_attrs, save_debug_info=save_debug_info)
+    final = saved_prefix(saver, sess, save_path, global_step)
+    staged = staging_prefix(final)
+    directory = os.path.dirname(final)
+    try:
+        write(staged, write_meta_graph=False, write_state=False)
+        if write_meta_graph:
+            saver.export_meta_graph(f"{final}.{meta_graph_suffix}", strip_default_attrs=strip_default_attrs,
+                                    save_debug_info=save_debug_info)
+    except BaseException:
+        remove_checkpoint_files(staged)
+        raise
+    overwrite = os.path.exists(final + ".index")
+    if overwrite and write_state:
+        # While the old .index is gone and the new one not yet in place, the state file names the staged copy.
+        others = [path for path in saver.last_checkpoints if path != final]
+        _write_state(saver, directory, staged, others + [staged], latest_filename)
+    _publish(staged, final)
+    if write_state:
+        tf_internals.saver_record_checkpoint(saver, final)
+        _write_state(saver, directory, final, saver.last_checkpoints, latest_filename)
+        tf_internals.saver_retire_old_checkpoints(saver, meta_graph_suffix)
+    remove_checkpoint_files(staged)
+    if write_state:  # the state file no longer names an abandoned staged copy
+        remove_abandoned(directory)
+    return final
+
+
+def saved_prefix(saver, sess, save_path, global_step) -> str:
+    """The prefix ``Saver.save`` writes: ``SAVE_PATH-STEP`` (``%08d`` with ``pad_step_number``)."""
+    if global_step is None:
+        return save_path
+    if not isinstance(global_step, numbers.Integral):
+        import tensorflow as tf
+
+        global_step = tf.compat.v1.train.global_step(sess, global_step)
+    return f"{save_path}-{global_step:08d}" if tf_internals.saver_pads_step_number(saver) else f"{save_path}-{global_step}"
+
+
+def staging_prefix(final) -> str:
+    """A hidden, unique prefix beside ``final``: ``DIR/.BASE.tmp-HOST-PID-RANDOM``."""
+    directory, base = os.path.split(final)
+    return os.path.join(directory, "." + temporary_name(base))
+
+
+def data_files(prefix) -> list:
+    """The ``PREFIX.data-NNNNN-of-NNNNN`` shard files on disk."""
+    return sorted(glob.glob(glob.escape(prefix) + ".data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"))
+
+
+def remove_checkpoint_files(prefix) -> None:
+    """Delete ``prefix``'s .index, data shards and sharded-save temporary directory, if any."""
+    linking = prefix + "-link"
+    temporary = glob.glob(glob.escape(prefix) + "*.tempstate*")  # SaveV2's own, of a save killed midway
+    for path in [prefix + ".index", linking + ".index"] + data_files(prefix) + data_files(linking) + temporary:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+    shutil.rmtree(prefix + "_temp", ignore_errors=True)
+
+
+def _publish(staged, final):
+    """Link the staged files under the final names, the .index last; the staged copy stays whole."""
+    old_data = data_files(final)
+    if os.path.exists(final + ".index"):
+        os.remove(final + ".index")  # from here on `final` is no checkpoint, rather than a torn one
+    new_data = []
+    for path in data_files(staged):
+        new_data.append(final + path[len(staged):])
+        _link_over(path, new_data[-1], staged + "-link" + path[len(staged):])
+    _link_over(staged + ".index", final + ".index", staged + "-link.index")
+    for path in set(old_data) - set(new_data):  # shards of an overwritten checkpoint with another shard count
+        os.remove(path)
+    fsync_directory(os.path.dirname(final))
+
+
+def _link_over(source, target, temporary):
+    """Make ``target`` name ``source``'s content in one atomic rename (a hard link, or a copy where links fail)."""
+    try:
+        os.link(source, temporary)
+    except OSError:
+        shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
+
+
+def _write_state(saver, directory, latest, all_paths, latest_filename):
+    tf_internals.checkpoint_management().update_checkpoint_state_internal(
+        save_dir=directory,
+        model_checkpoint_path=latest,
+        all_model_checkpoint_paths=list(all_paths),
+        latest_filename=latest_filename or "checkpoint",
+        save_relative_paths=tf_internals.saver_relative_paths(saver),
+    )

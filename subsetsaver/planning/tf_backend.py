@@ -1,0 +1,102 @@
+"""The ``tf`` backend of a plan: TensorFlow V2 checkpoints through a staged Saver.
+
+Example::
+
+    >>> p = ss.plan(ss.trainable(), graph)          # backend='tf' is the default
+    >>> p.backend.contents(p.save(sess, 'ckpt/model'))['dense/w']
+    ((3, 4), 'float32')
+"""
+
+from __future__ import annotations
+
+from .. import tf_internals
+from ..catalog import checkpoint_prefix, open_checkpoint
+from ..errors import CorruptCheckpointError
+from .restore_ops import CheckpointRestoreOps
+from .staging import staged_saver_class
+
+
+class TfBackend:
+    """Writes and reads TensorFlow V2 checkpoints with a ``tf.compat.v1.train.Saver``
+    whose saves are staged (:mod:`subsetsaver.planning.staging`): a kill never tears one.
+
+    ``partial_restore`` builds a :class:`~subsetsaver.planning.restore_ops.CheckpointRestoreOps`
+    so that a subset can be restored (``on_mismatch='initialize'``).
+    """
+
+    name = "tf"
+
+    def __init__(self, graph, variables, *, partial_restore, **options):
+        if options.get("write_version", 2) == 1:
+            raise ValueError("write_version=1 (the deprecated V1 format) is not supported; subsetsaver writes V2")
+        var_list = {key: parts if len(parts) > 1 or tf_internals.slice_info(parts[0]) is not None else parts[0]
+                    for key, parts in variables.items()}
+        with graph.as_default():
+            self.saver = staged_saver_class()(var_list, **options)
+        self._partial = None
+        if partial_restore:
+            self._partial = CheckpointRestoreOps(graph, variables, scope="subsetsaver_restore_some")
+
+    def save(self, sess, save_path, global_step=None, **options) -> str:
+        # Outside its graph's context, Saver.save would take the eager path and fail.
+        with sess.graph.as_default():
+            return self.saver.save(sess, save_path, global_step=global_step, **options)
+
+    def restore(self, sess, prefix, names=None):
+        saver_def = self.saver.saver_def
+        if names is None:
+            sess.run(saver_def.restore_op_name, {saver_def.filename_tensor_name: prefix})
+        else:
+            self._partial.run(sess, prefix, names)
+
+    @property
+    def last_checkpoints(self) -> list:
+        return list(self.saver.last_checkpoints)
+
+    @property
+    def max_to_keep(self):
+        return self.saver.saver_def.max_to_keep
+
+    @staticmethod
+    def latest_checkpoint(directory):
+        import tensorflow as tf
+
+        return tf.train.latest_checkpoint(directory)
+
+    @staticmethod
+    def exists(prefix) -> bool:
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(prefix + ".index")
+
+    @staticmethod
+    def checkpoints(directory) -> list:
+        """The checkpoints the state file of ``directory`` lists, latest first."""
+        import tensorflow as tf
+
+        state = tf.train.get_checkpoint_state(directory)  # paths joined to the directory
+        if state is None or not state.model_checkpoint_path:
+            return []
+        return list(dict.fromkeys([state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]))
+
+    @staticmethod
+    def prefix(path) -> str:
+        return checkpoint_prefix(path)
+
+    @staticmethod
+    def contents(prefix) -> dict:
+        import tensorflow as tf
+
+        reader = open_checkpoint(prefix)
+        shards = sorted(path[len(prefix) + len(".data-"):] for path in tf.io.gfile.glob(f"{prefix}.data-*-of-*"))
+        count = shards[0].rsplit("-of-", 1)[-1] if shards else "00001"
+        wanted = [f"{k:05d}-of-{count}" for k in range(int(count))] if count.isdigit() else []
+        if not wanted or any(shard not in shards for shard in wanted):
+            missing = [f"{prefix}.data-{shard}" for shard in wanted if shard not in shards] or [f"{prefix}.data-*"]
+            raise CorruptCheckpointError(
+                f"checkpoint '{prefix}' is incomplete: {', '.join(missing)} missing; copy every file of the checkpoint"
+            )
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
+        return {name: (tuple(shapes[name]), dtypes[name].name) for name in shapes if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+

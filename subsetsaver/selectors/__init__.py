@@ -1,0 +1,61 @@
+"""The selection room: selectors, their text form, and the regex check.
+
+A selector is a small immutable value (``trainable() | scope('conv_1/bn')``) that
+picks variable names from a catalog; it never touches TensorFlow. ``expressions``
+holds the selector types and constructors, ``parser`` reads their text (``parse(repr(sel))
+== sel``), and ``regex_safety`` refuses patterns that could hang the tool.
+
+This room imports ``catalog``, ``errors`` and ``tf_internals``. Other rooms use the names
+in ``__all__``.
+
+Example::
+
+    >>> from subsetsaver.selectors import parse, trainable, bn_stats
+    >>> parse("trainable() | bn_stats()") == trainable() | bn_stats()
+    True
+"""
+
+from .expressions import (
+    Nothing,
+    Selector,
+    averages,
+    bn_stats,
+    closest_names,
+    collection,
+    everything,
+    format_bytes,
+    global_step,
+    local,
+    name,
+    nothing,
+    regex,
+    scope,
+    slots,
+    trainable,
+    variable_name,
+    variables,
+)
+from .parser import as_selector, parse
+
+__all__ = [
+    "Nothing",
+    "as_selector",
+    "Selector",
+    "averages",
+    "bn_stats",
+    "closest_names",
+    "collection",
+    "everything",
+    "format_bytes",
+    "global_step",
+    "local",
+    "name",
+    "nothing",
+    "parse",
+    "regex",
+    "scope",
+    "slots",
+    "trainable",
+    "variable_name",
+    "variables",
+]
