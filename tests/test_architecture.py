@@ -1,0 +1,187 @@
+"""The package's layout rules, measured from its source (see docs/architecture.md).
+
+Each room may import only the rooms listed for it; no module imports a private name
+of another; no module is over 600 lines; restore ops are built in one module; every
+error class lives in errors.py; TensorFlow's private attributes are read only in
+tf_internals.py. These tests read the code with ``ast``; they import nothing.
+"""
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "subsetsaver"
+MAX_LINES = 600
+
+# Room -> the rooms it may import (besides itself). The order is the flow of the pipeline.
+ALLOWED = {
+    "errors": set(),
+    "version": set(),
+    "tf_internals": set(),
+    "formats": {"errors", "version"},
+    "catalog": {"errors", "tf_internals", "formats"},
+    "selectors": {"errors", "tf_internals", "catalog"},
+    "audit": {"errors", "catalog", "selectors"},
+    "planning": {"errors", "tf_internals", "formats", "catalog", "selectors", "audit"},
+    "portable": {"errors", "formats", "catalog", "selectors", "planning"},
+    "training": {"errors", "formats", "audit", "planning"},
+    "tools": {"errors", "formats", "catalog", "selectors", "planning"},
+    "draw": {"errors", "catalog", "selectors", "audit", "planning"},
+    "keras": {"errors", "tf_internals", "formats", "catalog", "selectors", "planning", "portable"},
+    "cli": {"errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw"},
+    "__main__": {"cli"},
+    "__init__": set(),  # the public surface re-exports every room
+}
+
+
+def _modules():
+    return sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def _dotted(path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _room(dotted) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _is_module(dotted) -> bool:
+    path = PACKAGE.parent / dotted.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _imports(path):
+    """(imported module, names, line, inside a function) for each import of the package's own code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rsplit(".", 1)[0]
+    functions = {id(node) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    nested = set()
+    for node in ast.walk(tree):
+        if id(node) in functions:
+            nested.update(id(child) for child in ast.walk(node) if child is not node)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "subsetsaver" or module.startswith("subsetsaver."):
+                for alias in node.names:
+                    submodule = f"{module}.{alias.name}"
+                    target = submodule if _is_module(submodule) else module
+                    found.append((target, alias.name, node.lineno, id(node) in nested))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("subsetsaver"):
+                    found.append((alias.name, None, node.lineno, id(node) in nested))
+    return found
+
+
+def test_every_room_is_listed():
+    rooms = {_room(_dotted(path)) for path in _modules()}
+    assert rooms == set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down_the_pipeline(path):
+    room = _room(_dotted(path))
+    if room == "__init__":
+        return
+    wrong = [f"line {line}: {module}" for module, _, line, _ in _imports(path)
+             if _room(module) != room and _room(module) not in ALLOWED[room]]
+    assert wrong == [], f"{room} may import only {sorted(ALLOWED[room])}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_name_crosses_a_module(path):
+    private = [f"line {line}: {name} from {module}" for module, name, line, _ in _imports(path)
+               if name and name.startswith("_") and not name.startswith("__")]
+    assert private == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_own_code_is_imported_at_the_top(path):
+    local = [f"line {line}: {module}" for module, _, line, inside in _imports(path) if inside]
+    assert local == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_are_short(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+def test_no_import_circle_between_modules():
+    graph = {}
+    for path in _modules():
+        name = _dotted(path)
+        graph[name] = {module for module, _, _, _ in _imports(path) if module != name}
+    # Importing a package runs its __init__, which imports its modules: an edge to a package is an
+    # edge to its __init__ only. A cycle through a package's own __init__ re-exports is not a circle.
+    state, stack, circles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in graph:
+                continue
+            if node.startswith(target + "."):  # a module importing its own package's __init__
+                continue
+            if state.get(target) == "open":
+                circles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert circles == []
+
+
+def test_restore_ops_are_built_in_one_module():
+    building = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
+                      if re.search(r"raw_ops\.RestoreV2|gen_io_ops|\brestore_v2\b", path.read_text(encoding="utf-8")))
+    assert building == ["planning/restore_ops.py"]
+
+
+def test_tensorflow_private_access_is_fenced():
+    pattern = re.compile(r"_save_slice_info|\._id\b|graph\._collections|_is_ref_dtype|_flatten_layers|"
+                         r"tensorflow\.python|saver\._[a-zA-Z]|_distribute_strategy")
+    offending = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
+                       if path.name != "tf_internals.py" and pattern.search(path.read_text(encoding="utf-8")))
+    assert offending == []
+
+
+def test_every_error_class_lives_in_errors_and_is_exported():
+    import subsetsaver  # noqa: F401  (only to read __all__ below without executing any room twice)
+
+    defined_elsewhere = []
+    for path in _modules():
+        if path.name == "errors.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(base, "id", getattr(base, "attr", "")) for base in node.bases}
+                if any(b.endswith(("Error", "Exception", "Warning")) for b in bases):
+                    defined_elsewhere.append(f"{path.relative_to(PACKAGE)}: {node.name}")
+    assert defined_elsewhere == []
+    errors = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    classes = {node.name for node in errors.body if isinstance(node, ast.ClassDef)}
+    assert classes <= set(subsetsaver.__all__)
+
+
+def test_each_room_declares_what_others_may_use():
+    packages = sorted(p for p in PACKAGE.rglob("__init__.py"))
+    missing = [str(p.relative_to(PACKAGE)) for p in packages if "__all__" not in p.read_text(encoding="utf-8")]
+    assert missing == []
