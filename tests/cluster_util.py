@@ -41,8 +41,10 @@ for job, addresses in spec.items():
         except OSError as error:
             os.write(1, f"failed {job} {task} {os.getpid()} {error}\n".encode())
             os._exit(3)
+os.write(1, f"progress launcher 0 {os.getpid()} importing TensorFlow\n".encode())
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # once: each task is a fork of this process, so the cluster starts in one import
+os.write(1, f"progress launcher 0 {os.getpid()} imported TensorFlow\n".encode())
 
 for job, addresses in spec.items():
     for task in range(len(addresses)):
@@ -67,7 +69,11 @@ while True:
 os._exit(0)  # skip TensorFlow's slow interpreter shutdown
 """
 
-START_TIMEOUT = 90.0     # seconds for every task to print 'ready' (importing TensorFlow on a busy 2-core box)
+# The launcher reports each step (port probes, TensorFlow imported, each task ready). A start fails only
+# when no step is reported for STALL_TIMEOUT seconds (importing TensorFlow on a 2-core box that other jobs
+# keep busy can take minutes) or when the launcher exits; START_TIMEOUT bounds the whole start.
+STALL_TIMEOUT = 300.0
+START_TIMEOUT = 900.0
 STOP_TIMEOUT = 10.0      # seconds between closing stdin, SIGTERM and SIGKILL
 ATTEMPTS = 4             # port clashes are retried with fresh ports
 _CLASH = ("address already in use", "could not start grpc server", "failed to add port", "bind")
@@ -132,10 +138,11 @@ class LocalCluster:
     one that clashes on purpose).
     """
 
-    def __init__(self, jobs, *, port_source=free_port, start_timeout=START_TIMEOUT):
+    def __init__(self, jobs, *, port_source=free_port, start_timeout=START_TIMEOUT, stall_timeout=STALL_TIMEOUT):
         self.jobs = dict(jobs)
         self.port_source = port_source
         self.start_timeout = start_timeout
+        self.stall_timeout = stall_timeout
         self.spec = None
         self.attempts = 0
         self.pids = []
@@ -175,21 +182,27 @@ class LocalCluster:
         self.pids.append(self._launcher.pid)
         self.task_pids = {}
         wanted = sum(len(addresses) for addresses in spec.values())
-        deadline = time.monotonic() + self.start_timeout
+        started = last_step = time.monotonic()
         stream = self._launcher.stdout
         while len(self.task_pids) < wanted:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            if now - last_step > self.stall_timeout:
+                raise ClusterStartError(f"the cluster reported no progress for {self.stall_timeout:.0f} s"
+                                        f"{_tail(self._log)}")
+            if now - started > self.start_timeout:
                 raise ClusterStartError(f"the cluster was not ready after {self.start_timeout:.0f} s{_tail(self._log)}")
-            readable, _, _ = select.select([stream], [], [], min(remaining, 0.5))
+            readable, _, _ = select.select([stream], [], [], 0.5)
             if not readable:
                 continue
             line = stream.readline().decode("utf-8", "replace").strip()
             if not line:
                 raise ClusterStartError(f"the launcher exited ({self._launcher.poll()}){_tail(self._log)}")
+            last_step = time.monotonic()
             status, job, task, pid, *message = line.split(" ", 4)
             if int(pid) not in self.pids:
                 self.pids.append(int(pid))
+            if status == "progress":
+                continue
             if status == "failed":
                 text = " ".join(message)
                 raise ClusterStartError(f"/job:{job}/task:{task} failed: {text}",

@@ -33,6 +33,13 @@ import pytest
 
 TRIALS = int(os.environ.get("SUBSETSAVER_CRASH_TRIALS", "20"))
 SEED = int(os.environ.get("SUBSETSAVER_CRASH_SEED", str(time.time_ns() % 1_000_000)))
+
+
+@pytest.fixture(autouse=True)
+def _report_the_seed():
+    """Shown with every failure (pytest prints a failing test's captured setup output)."""
+    print(f"kill moments drawn with seed {SEED}; rerun with SUBSETSAVER_CRASH_SEED={SEED}")
+    yield
 KILL_WINDOW = 1.0          # seconds after the child restored: the kill lands uniformly in it
 CHILD_LIFETIME = 60.0      # a saver child stops by itself after this long, whatever happens
 MAX_TO_KEEP = 3

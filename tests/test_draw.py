@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from click.testing import CliRunner
+from markers import needs_dot
 
 import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
@@ -349,6 +350,7 @@ def fills(source):
             if kind == "v"}
 
 
+@needs_dot
 def test_plan_tree_colours_variables_by_fate(tmp_path, mnist, mnist_catalog):
     stand_in = StandInPlan(mnist_catalog, ss.trainable())
     shadows = ss.bn_stats().names(mnist_catalog)
@@ -398,6 +400,7 @@ def test_plan_tree_with_the_real_planner_and_auditor(tmp_path, mnist, mnist_cata
     assert {n[2:] for n, c in colours.items() if c == draw.INITIALIZED_COLOR} == set(the_plan.rest_names) - flagged
 
 
+@needs_dot
 def test_resnet_size_tree_stays_small_and_adds_up(tmp_path, resnet_catalog):
     assert len(resnet_catalog) > 300
     stand_in = StandInPlan(resnet_catalog, ss.trainable() | ss.name("*/moving_*"))

@@ -510,8 +510,8 @@ def test_summary_is_a_table_with_the_full_saver_comparison():
         "  opt        0         0 B            5             100 B",
         "",
         f"  checkpoint files: .data 92 bytes (exact, 1 file), .index ~{sizes.index_bytes} bytes",
-        f"a full Saver would write {sizes.full_checkpoint_bytes} B; this plan writes {sizes.checkpoint_bytes} B "
-        f"({sizes.full_checkpoint_bytes / sizes.checkpoint_bytes:.1f} times smaller)",
+        f"a full Saver would write {sizes.full_checkpoint_bytes} B (.data and .index); this plan writes "
+        f"{sizes.checkpoint_bytes} B: {sizes.full_checkpoint_bytes / sizes.checkpoint_bytes:.1f} times smaller",
     ])
     assert json.dumps(the_plan.checkpoint_names)  # plain names, serializable
 

@@ -17,7 +17,13 @@ Example::
     ['conv_1/b/Adam', 'conv_1/b/Adam_1']
 """
 
-from .checkpoints import checkpoint_catalog, checkpoint_prefix, npz_catalog, open_checkpoint
+from .checkpoints import (
+    checkpoint_catalog,
+    checkpoint_prefix,
+    npz_catalog,
+    open_checkpoint,
+    unlisted_checkpoints_error,
+)
 from .dataflow import Dataflow, dataflow, no_garbage_collection
 from .keras_source import KerasVariables, is_keras_model
 from .keras_source import read as read_keras
@@ -56,5 +62,6 @@ __all__ = [
     "open_checkpoint",
     "read_keras",
     "roles_from_names",
+    "unlisted_checkpoints_error",
     "value_bytes",
 ]

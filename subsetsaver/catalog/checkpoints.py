@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import npz
+from ..formats import atomic, npz, tf_state
 from ..formats.tf_index import check_declared_sizes
 from .records import Catalog, CatalogEntry, value_bytes
 
@@ -24,14 +24,16 @@ _CHECKPOINT_BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH",)
 
 
 def checkpoint_prefix(path) -> str:
-    """The checkpoint prefix behind ``path``: a prefix, a directory (its latest), or a file of it."""
-    import tensorflow as tf
+    """The checkpoint prefix behind ``path``: a prefix, a directory (its latest), or a file of it.
 
+    A directory that holds checkpoints but no ``checkpoint`` state file naming one is an
+    error that names them, never "no checkpoint".
+    """
     path = os.fspath(path)
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+    if _is_directory(path):
+        latest = tf_state.latest_checkpoint(path)
         if latest is None:
-            raise CheckpointNotFoundError(
+            raise unlisted_checkpoints_error(path) or CheckpointNotFoundError(
                 f"no checkpoint in directory '{path}' (no 'checkpoint' state file naming one)"
             )
         return latest
@@ -40,9 +42,39 @@ def checkpoint_prefix(path) -> str:
             path = path[: -len(suffix)]
     if ".data-" in path.rsplit("/", 1)[-1]:
         path = path[: path.rindex(".data-")]
-    if not tf.io.gfile.exists(path + ".index"):
+    if not _exists(path + ".index"):
         raise CheckpointNotFoundError(f"no checkpoint at '{path}' (expected '{path}.index')")
     return path
+
+
+def unlisted_checkpoints_error(directory):
+    """The CheckpointNotFoundError for a directory whose checkpoints no state file names, or None
+    when it holds no checkpoint at all."""
+    prefixes = tf_state.unlisted_checkpoints(directory)
+    if not prefixes:
+        return None
+    shown = ", ".join(f"'{p}'" for p in prefixes[-3:]) + (f" and {len(prefixes) - 3} more" if len(prefixes) > 3 else "")
+    return CheckpointNotFoundError(
+        f"directory '{directory}' holds {len(prefixes)} checkpoint{'s' if len(prefixes) > 1 else ''} ({shown}) but "
+        f"no 'checkpoint' state file naming the latest; pass a prefix such as '{prefixes[-1]}', or write the "
+        "state file with tf.train.update_checkpoint_state"
+    )
+
+
+def _is_directory(path) -> bool:
+    if atomic.is_local(path):
+        return os.path.isdir(atomic.local_path(path))
+    import tensorflow as tf
+
+    return tf.io.gfile.isdir(path)
+
+
+def _exists(path) -> bool:
+    if atomic.is_local(path):
+        return os.path.exists(atomic.local_path(path))
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path)
 
 
 def checkpoint_catalog(path) -> Catalog:

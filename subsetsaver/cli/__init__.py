@@ -10,7 +10,6 @@ Example::
     $ subsetsaver inspect ckpt/model-1000 --json
 """
 
-import os
 import sys
 
 import click
@@ -21,14 +20,19 @@ from .catalog_commands import inspect_command, select_command
 from .convert_command import convert_command
 from .draw_command import draw_command
 from .plan_commands import plan_command, slim_command
+from .quiet import quiet
+from .wording import in_flags
 
 __all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="subsetsaver")
-def cli():
+@click.option("--verbose", is_flag=True, help="Show TensorFlow's own log lines and whole Python warnings.")
+@click.pass_context
+def cli(ctx, verbose):
     """Save and restore exactly the TensorFlow 1 variables you choose."""
+    ctx.with_resource(quiet(verbose))
 
 
 for command in (inspect_command, select_command, plan_command, audit_command, draw_command, slim_command,
@@ -38,7 +42,8 @@ for command in (inspect_command, select_command, plan_command, audit_command, dr
 
 def main(argv=None):
     """Entry point: bad input ends in one line on stderr and a non-zero exit, never a traceback."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in arguments if not word.startswith("-")), None)
     try:
         cli.main(args=argv, prog_name="subsetsaver", standalone_mode=False)
     except click.exceptions.Abort:
@@ -48,7 +53,7 @@ def main(argv=None):
         error.show()
         sys.exit(error.exit_code)
     except (SubsetSaverError, OSError, ValueError, TypeError) as error:
-        click.echo(f"subsetsaver: error: {error}", err=True)
+        click.echo(f"subsetsaver: error: {in_flags(str(error), command)}", err=True)
         sys.exit(2)
     except SystemExit:
         raise

@@ -16,13 +16,13 @@ import click
 from .. import catalog
 from ..audit import audit
 from ..selectors import parse
-from .output import echo_json
+from .output import echo_json, meta_graph_path
 
 EXIT_ERRORS_FOUND = 1
 
 
 @click.command("audit")
-@click.option("--graph", "graph", required=True, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
+@click.option("--graph", "graph", callback=meta_graph_path, required=True, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
 @click.option("--save", "expression", required=True, metavar="EXPR", help="Selector of the variables to save.")
 @click.option("--fetch", "fetches", multiple=True, metavar="NAME",
               help="Op or tensor that inference runs (repeatable); default: every op that computes with a variable.")

@@ -6,7 +6,16 @@ import click
 
 from .. import catalog
 from ..selectors import format_bytes, parse
-from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, load_source, record_json, record_row
+from .output import (
+    RECORD_ALIGN,
+    RECORD_HEADERS,
+    echo_json,
+    echo_table,
+    load_source,
+    meta_graph_path,
+    record_json,
+    record_row,
+)
 
 
 @click.command("inspect")
@@ -14,7 +23,6 @@ from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, load_so
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def inspect_command(checkpoint, as_json):
     """List a checkpoint's tensors with bytes, totals per top-level scope, and optimizer state."""
-
     cat = catalog.checkpoint_catalog(checkpoint)
     records = cat.records
     scopes = collections.OrderedDict()
@@ -51,16 +59,16 @@ def inspect_command(checkpoint, as_json):
 
 @click.command("select")
 @click.argument("expression")
-@click.option("--graph", "graph", metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
+@click.option("--graph", "graph", callback=meta_graph_path, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
 @click.option("--checkpoint", metavar="CKPT", help="Checkpoint prefix or directory (names, shapes, dtypes only).")
 @click.option("--explain", is_flag=True, help="Print the expression tree with counts and bytes.")
+@click.option("--allow-empty", is_flag=True, help="An EXPRESSION that chooses nothing lists nothing (exit 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def select_command(expression, graph, checkpoint, explain, as_json):
+def select_command(expression, graph, checkpoint, explain, allow_empty, as_json):
     """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals."""
-
     selector = parse(expression)
     cat = load_source(graph, checkpoint)
-    names = selector.names(cat)
+    names = selector.names(cat, allow_empty=allow_empty)
     by_name = cat.records_by_name
     records = [by_name[n] for n in names]
     total = sum(r.nbytes for r in records)
@@ -71,6 +79,7 @@ def select_command(expression, graph, checkpoint, explain, as_json):
                 "variables": [record_json(r) for r in records],
                 "total": {"variables": len(records), "bytes": total},
                 "of": {"variables": len(cat), "bytes": cat.nbytes(cat.all_names)},
+                **({"explain": selector.explain(cat).splitlines()} if explain else {}),
             }
         )
         return

@@ -17,13 +17,13 @@ from ..draw import draw_plan, draw_sets
 from ..errors import SubsetSaverWarning
 from ..planning import plan
 from ..selectors import parse
-from .output import load_source
+from .output import load_source, meta_graph_path, prepare_output
 
 DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slots", "slots()"))
 
 
 @click.command("draw")
-@click.option("--graph", "graph", metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
+@click.option("--graph", "graph", callback=meta_graph_path, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
 @click.option("--checkpoint", metavar="CKPT", help="Checkpoint prefix or directory (names, shapes, dtypes only).")
 @click.option("--save", "save", metavar="EXPR", help="What the Saver writes: shaded in the sets, coloured in the tree.")
 @click.option("--set", "set_options", metavar="LABEL=EXPR", multiple=True,
@@ -31,9 +31,10 @@ DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slot
 @click.option("--tree", is_flag=True, help="Draw the plan's scope tree (graphviz) instead of the sets.")
 @click.option("-o", "--output", "output", required=True, metavar="FILE",
               help="Picture to write: .png, .svg, .pdf (and .dot/.gv for --tree).")
-def draw_command(graph, checkpoint, save, set_options, tree, output):
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+def draw_command(graph, checkpoint, save, set_options, tree, output, force):
     """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate."""
-
+    prepare_output(output, force=force)
     extension = os.path.splitext(output)[1].lower()
     if extension in (".dot", ".gv"):
         tree = True
@@ -51,7 +52,7 @@ def draw_command(graph, checkpoint, save, set_options, tree, output):
             written = draw_plan(plan, output, findings=findings)
         for warning in caught:
             if issubclass(warning.category, SubsetSaverWarning):
-                click.echo(f"subsetsaver: {warning.message}", err=True)
+                click.echo(f"warning: {str(warning.message).splitlines()[0]}", err=True)
             else:
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         click.echo(f"wrote {written}" + ("" if written == output else f" (not {output})"))
@@ -71,7 +72,6 @@ def _plan(saved, cat):
     """(plan, findings): the planner's plan of a graph, which draw_plan audits; for a checkpoint
     (no graph to plan or audit) a stand-in with the same names and no findings."""
     if cat.graph is not None:
-
         return plan(saved, cat), None
     saved_names = tuple(saved.names(cat))
     chosen = set(saved_names)

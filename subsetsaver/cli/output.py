@@ -1,6 +1,8 @@
 """Shared output for the commands: aligned tables, JSON, and loading a source from options."""
 
+import glob
 import json
+import os
 
 import click
 
@@ -59,3 +61,36 @@ def load_source(graph, checkpoint):
     if graph is None and checkpoint is None:
         raise click.UsageError("name a source: --graph model.meta or --checkpoint CKPT")
     return catalog.load(graph if graph is not None else checkpoint)
+
+
+def meta_graph_path(ctx, param, path):
+    """Click callback for ``--graph``: a MetaGraph file, or a usage error that says what to pass instead."""
+    if path is None or path.endswith(".meta") and not os.path.isdir(path):
+        return path
+    if os.path.isdir(path):
+        metas = sorted(glob.glob(os.path.join(glob.escape(path), "*.meta")))
+        hint = f"; pass --graph {metas[-1]}" if metas else "; pass the .meta file that Saver.save wrote"
+        raise click.BadParameter(f"'{path}' is a directory, not a MetaGraph file{hint} "
+                                 f"(or --checkpoint {path} for names, shapes and dtypes only)", ctx, param)
+    prefix = path[:-len(".index")] if path.endswith(".index") else path
+    if os.path.exists(prefix + ".index"):
+        hint = f"pass --graph {prefix}.meta" if os.path.exists(prefix + ".meta") else "pass its .meta file"
+        raise click.BadParameter(f"'{path}' is a checkpoint, not a MetaGraph file; {hint} "
+                                 f"(or --checkpoint {prefix} for names, shapes and dtypes only)", ctx, param)
+    raise click.BadParameter(f"'{path}' is not a MetaGraph file (they end in .meta); pass the .meta file that "
+                             "Saver.save wrote", ctx, param)
+
+
+def prepare_output(path, *, force, checkpoint=False):
+    """Refuse to replace what is at ``path`` without ``--force``, and create its missing directories:
+    the same in every command that writes. ``checkpoint``: ``path`` is a prefix (``.index``, ``.data-*``)."""
+    if "://" in path:  # object stores: no directories to create, and TensorFlow's writers check
+        return
+    existing = sorted(glob.glob(glob.escape(path) + ".index") + glob.glob(glob.escape(path) + ".data-*")) \
+        if checkpoint else ([path] if os.path.exists(path) else [])
+    if existing and not force:
+        what = f"checkpoint '{path}'" if checkpoint else f"'{path}'"
+        raise FileExistsError(f"{what} already exists ({existing[0]}); pass --force to replace it")
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)

@@ -5,9 +5,20 @@ import sys
 import click
 
 from ..planning import plan
+from ..planning.sizes import smaller_text
 from ..selectors import format_bytes
 from ..tools.slim import slim
-from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, record_json, record_row
+from .output import (
+    RECORD_ALIGN,
+    RECORD_HEADERS,
+    echo_json,
+    echo_table,
+    meta_graph_path,
+    prepare_output,
+    record_json,
+    record_row,
+)
+from .wording import in_flags
 
 
 def _parse_remap(pairs):
@@ -55,19 +66,21 @@ def _sizes_json(sizes):
 
 
 @click.command("plan")
-@click.option("--graph", "graph", required=True, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
+@click.option("--graph", "graph", callback=meta_graph_path, required=True, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
 @click.option("--save", "expression", required=True, metavar="EXPR", help="Selector of the variables to save.")
 @click.option("--checkpoint", metavar="CKPT", help="Checkpoint to check the plan against (prefix or directory).")
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Checkpoint scope or name = graph scope or name, e.g. model/=net/ (repeatable).")
+@click.option("--on-mismatch", type=click.Choice(["error", "initialize"]), default="error", show_default=True,
+              help="What a restore from CKPT does with missing, reshaped or retyped variables.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def plan_command(graph, expression, checkpoint, remap, as_json):
+def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
     """Dry run: what EXPR saves, what is initialized, sizes, and the diff against CKPT.
 
-    Exits 1 when CKPT is missing variables or has other shapes or dtypes.
+    Exits 1 when CKPT is missing variables or has other shapes or dtypes (unless
+    --on-mismatch initialize, which initializes them instead).
     """
-
-    the_plan = plan(expression, graph, remap=_parse_remap(remap))
+    the_plan = plan(expression, graph, remap=_parse_remap(remap), on_mismatch=on_mismatch)
     by_name = the_plan.catalog.records_by_name
     report = the_plan.check(checkpoint) if checkpoint else None
     if as_json:
@@ -95,22 +108,26 @@ def plan_command(graph, expression, checkpoint, remap, as_json):
         click.echo(the_plan.summary())
         if report is not None:
             click.echo("")
-            click.echo(str(report))
-    if report is not None and not report.ok:
+            click.echo(in_flags(str(report), "plan"))
+    if report is not None and not report.ok and on_mismatch == "error":
         sys.exit(1)
 
 
 @click.command("slim")
 @click.argument("checkpoint")
 @click.option("--keep", "expression", required=True, metavar="EXPR", help="Selector of the tensors to keep.")
-@click.option("--graph", "graph", metavar="MODEL.meta", help="Evaluate EXPR on this graph (exact roles).")
+@click.option("--graph", "graph", callback=meta_graph_path, metavar="MODEL.meta", help="Evaluate EXPR on this graph (exact roles).")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Prefix of the new checkpoint.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def slim_command(checkpoint, expression, graph, output, force, as_json):
     """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
 
+    prepare_output(output, force=force, checkpoint=True)
     report = slim(checkpoint, expression, output, graph=graph, overwrite=force)
+    if not report.dropped:
+        click.echo(f"warning: --keep \"{report.selector}\" drops no tensor of {report.source}, so {report.output} "
+                   "is a copy of it", err=True)
     if as_json:
         echo_json({
             "source": report.source,
@@ -128,5 +145,5 @@ def slim_command(checkpoint, expression, graph, output, force, as_json):
     click.echo(f"kept {len(report.kept)} tensors, dropped {len(report.dropped)} ({report.selector})")
     click.echo(
         f"{report.source}: {format_bytes(report.source_bytes)} -> {report.output}: {format_bytes(report.output_bytes)} "
-        f"({report.ratio:.1f} times smaller); every kept tensor verified bit-exact"
+        f"({smaller_text(report.source_bytes, report.output_bytes)}); every kept tensor verified bit-exact"
     )

@@ -10,6 +10,8 @@
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
 - ``tf_index``: a reader of a TensorFlow checkpoint's ``.index`` table, to check declared
   tensor sizes before TensorFlow allocates them.
+- ``tf_state``: the ``checkpoint`` state file a TensorFlow Saver keeps (read and written
+  without TensorFlow), and the checkpoints of a directory that no state file names.
 
 These modules import only ``subsetsaver.errors``, ``subsetsaver.version`` and each other
 (TensorFlow only lazily, for non-local paths). Other rooms import them by name
@@ -23,4 +25,4 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["atomic", "npz", "npz_state", "subset_manifest", "tf_index"]
+__all__ = ["atomic", "npz", "npz_state", "subset_manifest", "tf_index", "tf_state"]

@@ -386,8 +386,9 @@ class Plan:
                      f"{sizes.data_files} file{'s' if sizes.data_files > 1 else ''}), "
                      f".index ~{sizes.index_bytes:,} bytes")
         lines.append(
-            f"a full Saver would write {format_bytes(sizes.full_checkpoint_bytes)}; this plan writes "
-            f"{format_bytes(sizes.checkpoint_bytes)} ({sizes.ratio:.1f} times smaller)"
+            f"a full Saver would write {format_bytes(sizes.full_checkpoint_bytes)} (.data and .index); this plan "
+            f"writes {format_bytes(sizes.checkpoint_bytes)}: "
+            f"{sizes_module.smaller_text(sizes.full_checkpoint_bytes, sizes.checkpoint_bytes)}"
         )
         return "\n".join(lines)
 

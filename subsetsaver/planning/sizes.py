@@ -122,6 +122,21 @@ class PlanSizes:
         return self.full_checkpoint_bytes / self.checkpoint_bytes if self.checkpoint_bytes else math.inf
 
 
+def smaller_text(before: int, after: int) -> str:
+    """How ``after`` bytes compare with ``before``: '3.0 times smaller', or 'the same size' when
+    nothing was dropped (never '1.0 times smaller').
+
+    >>> smaller_text(300, 100), smaller_text(100, 100)
+    ('3.0 times smaller', 'the same size')
+    """
+    if after >= before:
+        return "the same size" if after == before else f"{after / before:.1f} times larger" if before else "larger"
+    if after == 0:
+        return "empty"
+    ratio = before / after
+    return f"{ratio:.1f} times smaller" if ratio >= 1.05 else f"{100 * (before - after) / before:.0f}% smaller"
+
+
 def data_bytes(tensors) -> int:
     """Exact bytes of the ``.data`` files holding ``tensors`` (raw values, no padding)."""
     return sum(t.nbytes for t in tensors)

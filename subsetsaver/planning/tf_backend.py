@@ -10,8 +10,9 @@ Example::
 from __future__ import annotations
 
 from .. import tf_internals
-from ..catalog import checkpoint_prefix, open_checkpoint
+from ..catalog import checkpoint_prefix, open_checkpoint, unlisted_checkpoints_error
 from ..errors import CorruptCheckpointError
+from ..formats import tf_state
 from .restore_ops import CheckpointRestoreOps
 from .staging import staged_saver_class
 
@@ -59,9 +60,7 @@ class TfBackend:
 
     @staticmethod
     def latest_checkpoint(directory):
-        import tensorflow as tf
-
-        return tf.train.latest_checkpoint(directory)
+        return tf_state.latest_checkpoint(directory)
 
     @staticmethod
     def exists(prefix) -> bool:
@@ -71,13 +70,15 @@ class TfBackend:
 
     @staticmethod
     def checkpoints(directory) -> list:
-        """The checkpoints the state file of ``directory`` lists, latest first."""
-        import tensorflow as tf
-
-        state = tf.train.get_checkpoint_state(directory)  # paths joined to the directory
-        if state is None or not state.model_checkpoint_path:
+        """The checkpoints the state file of ``directory`` lists, latest first; an error naming the
+        checkpoints of a directory that has no state file."""
+        state = tf_state.read_state(directory)
+        if state is None:
+            error = unlisted_checkpoints_error(directory)
+            if error is not None:
+                raise error
             return []
-        return list(dict.fromkeys([state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]))
+        return list(dict.fromkeys([state.latest, *reversed(state.kept)]))
 
     @staticmethod
     def prefix(path) -> str:

@@ -1,0 +1,38 @@
+"""Library messages reworded for the command line: flags instead of Python arguments.
+
+The library's errors say how to fix a call (``pass allow_empty=True``,
+``on_mismatch='initialize'``, ``remap={'old/': 'new/'}``, ``overwrite=True``). On the
+command line the same advice names the flag that does it, and only flags that the
+command has.
+
+Example::
+
+    >>> in_flags("fix: pass remap={'model/': 'net/'} to ss.plan: ...", "plan")
+    'fix: pass --remap model/=net/: ...'
+"""
+
+import ast
+import re
+
+_REMAP = re.compile(r"pass remap=(\{[^}]*\}) to ss\.plan")
+_ALLOW_EMPTY = "Pass allow_empty=True (or use nothing()) if an empty selection is intended."
+ALLOW_EMPTY_COMMANDS = frozenset({"select"})
+
+
+def in_flags(text, command) -> str:
+    """``text`` with Python-call advice replaced by the flags of ``command``."""
+    text = _REMAP.sub(_remap_flags, text)
+    text = text.replace("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
+                        "or: pass --on-mismatch initialize to initialize these variables instead of restoring them")
+    text = text.replace("pass overwrite=True (--force)", "pass --force")
+    if command in ALLOW_EMPTY_COMMANDS:
+        return text.replace(_ALLOW_EMPTY, "Pass --allow-empty (or use nothing()) if an empty selection is intended.")
+    return text.replace(_ALLOW_EMPTY, "Use nothing() if an empty selection is intended.")
+
+
+def _remap_flags(match) -> str:
+    try:
+        rules = ast.literal_eval(match.group(1))
+    except (ValueError, SyntaxError):
+        return match.group(0)
+    return "pass " + " ".join(f"--remap {old}={new}" for old, new in rules.items())
