@@ -505,15 +505,9 @@ def test_warn_for_strict_raises_with_every_error(cnn):
 
 @pytest.fixture()
 def cli_main():
-    from subsetsaver.cli import cli, main
-    from subsetsaver.cli.audit_command import audit_command
+    from subsetsaver.cli import main
 
-    added = "audit" not in cli.commands
-    if added:  # until subsetsaver/cli/__init__.py registers it
-        cli.add_command(audit_command)
-    yield main
-    if added:
-        del cli.commands["audit"]
+    return main
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import tensorflow as tf
 
 from subsetsaver import cli as cli_module
 from subsetsaver import portable
-from subsetsaver.cli.convert_command import convert_command
 from subsetsaver.formats import npz as npzfile
 from subsetsaver.tools import convert
 
@@ -20,8 +19,6 @@ v1 = tf.compat.v1
 @pytest.fixture
 def run_cli(capsys):
     """Run ``subsetsaver ARGS`` the way the entry point does; (exit code, stdout, stderr)."""
-    if "convert" not in cli_module.cli.commands:  # until cli/__init__.py registers it
-        cli_module.cli.add_command(convert_command)
 
     def run(*args):
         with pytest.raises(SystemExit) as exit_info:

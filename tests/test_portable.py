@@ -214,6 +214,53 @@ def test_non_strict_restore_reports_what_the_file_has_besides(tmp_path):
     assert len(report.unexpected) == 41 and "opt/fc/w/Adam" in report.unexpected
 
 
+def test_strict_restore_refuses_a_file_with_arrays_the_selection_does_not_choose(tmp_path):
+    built = small_cnn()
+    sess = initialized_session(built)
+    path = portable.save_npz(sess, str(tmp_path / "m.npz"), ss.scope("out") | ss.global_step())
+    sess.run(built.graph.get_operation_by_name("init"))
+    before = values(sess, built)
+    with pytest.raises(ss.CheckpointMismatchError) as error:
+        portable.restore_npz(sess, path, ss.scope("out"))
+    assert str(error.value) == (
+        f"portable checkpoint '{path}' does not match the selection scope('out'): 1 not chosen\n"
+        "  not chosen: opt/global_step [] int64\n"
+        "the file was saved with selector scope('out') | global_step()\n"
+        "no variable was changed; fix: pass strict=False to restore the 2 variables both hold, or a sel that "
+        "matches the file"
+    )
+    assert error.value.problems == ()
+    assert_same_values(values(sess, built), before)
+
+
+def test_every_array_is_checksummed_whatever_its_size(tmp_path):
+    """Arrays from 1 byte to several MiB (hashed in worker threads from 1 MiB on): one flipped bit
+    in any of them is caught, and nothing is assigned."""
+    graph = tf.Graph()
+    with graph.as_default():
+        sizes = {"tiny": (1,), "small": (1000,), "just_under": ((1 << 20) // 4 - 1,), "one_mib": ((1 << 20) // 4,),
+                 "large": (3 << 20,)}
+        variables = {name: v1.Variable(tf.fill(shape, float(index + 2)), name=name)  # distinct bytes per array
+                     for index, (name, shape) in enumerate(sizes.items())}
+        init = v1.global_variables_initializer()
+    sess = v1.Session(graph=graph)
+    sess.run(init)
+    path = portable.save_npz(sess, str(tmp_path / "m.npz"))
+    pristine = open(path, "rb").read()
+    for name in sizes:
+        data = bytearray(pristine)
+        start = data.index(sess.run(variables[name]).tobytes())
+        data[start + variables[name].shape.num_elements() * 2] ^= 0x01  # inside the array's bytes
+        damaged = tmp_path / f"damaged-{name}.npz"
+        damaged.write_bytes(bytes(data))
+        with pytest.raises(ss.CorruptCheckpointError) as error:
+            portable.restore_npz(sess, str(damaged))
+        assert f"checksum mismatch for array '{name}'" in str(error.value)
+        with pytest.raises(ss.CorruptCheckpointError) as error:
+            npzfile.read(str(damaged))
+        assert f"checksum mismatch for array '{name}'" in str(error.value)
+
+
 def test_shape_mismatches_are_listed_before_anything_changes(tmp_path):
     saved_from = small_cnn()
     sess = initialized_session(saved_from)

@@ -346,6 +346,27 @@ def test_plan_saver_hook_saves_every_n_steps_keeps_max_to_keep_and_resumes(tmp_p
         "model-2.index", "model-2.subset.json", "model-4.index", "model-4.subset.json"]
 
 
+def test_plan_saver_hook_saves_on_its_clock_with_save_secs(tmp_path, monkeypatch):
+    """save_secs is a clock schedule: with the clock moving an hour per step, every step saves;
+    with it standing still, only the last step (on close) does."""
+    import time
+
+    for seconds_per_step, expected_steps in ((3601.0, (1, 2, 3, 4)), (0.0, (4,))):
+        directory = str(tmp_path / f"run-{seconds_per_step:.0f}")
+        built = cnn()
+        plan = ss.plan(SUBSET, built.graph, max_to_keep=10)
+        hook = training.PlanSaverHook(plan, directory, save_secs=3600)
+        feed = graphs.random_feed(built, batch_size=4)
+        now = [1_000_000.0]
+        monkeypatch.setattr(time, "time", lambda clock=now: clock[0])
+        with monitored(built, [hook], scaffold=training.scaffold(plan, resume_from=directory)) as sess:
+            for _ in range(4):
+                now[0] += seconds_per_step
+                sess.run(built.tensors["train_op"], feed)
+        monkeypatch.undo()
+        assert hook.saved == [os.path.join(directory, f"model-{step}") for step in expected_steps]
+
+
 def test_plan_saver_hook_needs_exactly_one_schedule(tmp_path):
     plan = ss.plan(ss.trainable(), finetune_graph()[0])
     for schedule in ({}, {"save_steps": 2, "save_secs": 10}):
