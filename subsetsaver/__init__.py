@@ -18,11 +18,12 @@ from . import keras
 from .audit import Finding, Severity, audit, audit_values
 from .draw import draw_plan, draw_sets
 from .errors import (
-    BacktrackingRegexError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointWriteError,
     CorruptCheckpointError,
     EmptySelectionError,
+    InvalidRegexError,
     NoSaverError,
     RestoreOpsMissingError,
     SelectorSyntaxError,
@@ -30,6 +31,7 @@ from .errors import (
     SubsetSaverWarning,
     UninitializedVariablesError,
     UnsupportedDtypeError,
+    UnsupportedRegexError,
 )
 from .planning import plan
 from .portable import restore_npz, save_npz
@@ -67,6 +69,7 @@ __all__ = [
     "audit_values",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
+    "CheckpointWriteError",
     "CorruptCheckpointError",
     "EmptySelectionError",
     "SelectorSyntaxError",
@@ -77,7 +80,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "NoSaverError",
     "RestoreOpsMissingError",
-    "BacktrackingRegexError",
+    "InvalidRegexError",
+    "UnsupportedRegexError",
     "averages",
     "bn_stats",
     "collection",

@@ -9,6 +9,10 @@ Example::
 """
 
 import re
+import unicodedata
+
+EXCERPT_WIDTH = 70
+"""Most display columns of selector text a syntax error shows around its caret."""
 
 
 class SubsetSaverError(Exception):
@@ -16,15 +20,75 @@ class SubsetSaverError(Exception):
 
 
 class SelectorSyntaxError(SubsetSaverError, ValueError):
-    """Selector text that does not parse; the message points at the column."""
+    """Selector text that does not parse; the message shows its line with a caret under the column.
+
+    ``text`` is the whole text, ``column`` the index of the character at fault, ``reason`` the
+    message without the excerpt. The excerpt is one line (``line N:`` when the text has several),
+    cut to about 70 columns around the caret; tabs, wide and combining characters are measured as
+    a terminal shows them.
+    """
 
     def __init__(self, message, text="", column=0):
         self.text = text
         self.column = column
         self.reason = message
         if text:
-            message = f"{message}\n  {text}\n  {' ' * column}^"
+            message = f"{message}\n{excerpt(text, column)}"
         super().__init__(message)
+
+
+def excerpt(text, column, width=EXCERPT_WIDTH) -> str:
+    """Two lines: the line of ``text`` holding ``column`` (cut to ``width`` columns), and a caret under it.
+
+    >>> print(excerpt("scope(\\t3)", 7))
+      scope(  3)
+              ^
+    """
+    start = text.rfind("\n", 0, column) + 1
+    end = text.find("\n", column)
+    end = len(text) if end < 0 else end
+    line = text[start:end - 1] if text.endswith("\r", start, end) and column < end - 1 else text[start:end]
+    cells, at = [], 0  # one (shown text, display width) per character; tab stops every 8 columns
+    for char in line:
+        cells.append(_shown_char(char, at))
+        at += cells[-1][1]
+    caret = min(column - start, len(cells))
+    first, last = _window(cells, caret, width)
+    shown = ("..." if first > 0 else "") + "".join(cell for cell, _ in cells[first:last])
+    shown += "..." if last < len(cells) else ""
+    offset = (3 if first > 0 else 0) + sum(cell_width for _, cell_width in cells[first:caret])
+    prefix = f"  line {text.count(chr(10), 0, start) + 1}: " if "\n" in text else "  "
+    return f"{prefix}{shown}\n{' ' * (len(prefix) + offset)}^"
+
+
+def _shown_char(char, at):
+    if char == "\t":
+        return " " * (8 - at % 8), 8 - at % 8
+    if unicodedata.category(char) in ("Cc", "Cs"):  # control characters and lone surrogates: their escape
+        escape = repr(char)[1:-1]
+        return escape, len(escape)
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return char, 0
+    return char, 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _window(cells, caret, width):
+    """(first, last) cells to show: all if they fit, else about ``width`` columns with the caret a third in."""
+    widths = [cell_width for _, cell_width in cells]
+    if sum(widths) <= width:
+        return 0, len(cells)
+    first, used = caret, widths[caret] if caret < len(cells) else 1
+    while first > 0 and used + widths[first - 1] <= width // 3:
+        first -= 1
+        used += widths[first]
+    last = caret + 1
+    while last < len(cells) and used + widths[last] <= width:
+        used += widths[last]
+        last += 1
+    while first > 0 and used + widths[first - 1] <= width:  # the end came early: show more before
+        first -= 1
+        used += widths[first]
+    return first, min(last, len(cells))
 
 
 class EmptySelectionError(SubsetSaverError, LookupError):
@@ -59,6 +123,11 @@ class UninitializedVariablesError(SubsetSaverError, RuntimeError):
         super().__init__(message)
 
 
+class CheckpointWriteError(SubsetSaverError, OSError):
+    """A save could not be written (disk full, no permission, ...); nothing partial was left under the
+    final name and the previous checkpoint is untouched. ``errno`` is the cause's, when known."""
+
+
 class UnsupportedDtypeError(SubsetSaverError, TypeError):
     """An array whose dtype a portable checkpoint cannot hold (strings, objects, ...)."""
 
@@ -71,16 +140,35 @@ class RestoreOpsMissingError(SubsetSaverError, RuntimeError):
     """A restore needs ops that a finalized graph can no longer get."""
 
 
-class BacktrackingRegexError(SelectorSyntaxError, re.error):
-    """A ``regex()`` pattern refused because Python's ``re`` can backtrack exponentially on it.
+class InvalidRegexError(SelectorSyntaxError, re.error):
+    """A ``regex()`` pattern that Python's ``re`` rejects; the message is ``re``'s own.
 
-    Also a ``re.error``, like every pattern ``regex()`` refuses, so ``parse`` reports it as an
-    invalid regular expression at its argument. ``pattern`` and ``pos`` (as in ``re.error``) point
-    at the repetition or alternation whose choice the next character does not decide.
+    ``pattern``, ``pos``, ``lineno`` and ``colno`` are as in ``re.error`` (``pos`` is None when ``re``
+    names no position, as for a pattern nested too deeply).
+    """
+
+    def __init__(self, message, pattern, position=None):
+        SelectorSyntaxError.__init__(self, message)
+        _locate(self, message, pattern, position)
+
+
+class UnsupportedRegexError(SelectorSyntaxError, re.error):
+    """A ``regex()`` pattern that Python's ``re`` accepts but RE2 cannot run.
+
+    ``regex()`` runs on RE2 so that matching takes time linear in the name's length, whatever the
+    pattern; RE2 has no backreferences, lookaround, atomic groups, possessive quantifiers or
+    conditionals, and repeats at most 1000 times. The message names the construct and a way to do
+    without it; ``pattern`` and ``pos`` (as in ``re.error``) say where it is.
     """
 
     def __init__(self, message, pattern, position):
         SelectorSyntaxError.__init__(self, message)
-        self.msg, self.pattern, self.pos = message, pattern, position
-        self.lineno = pattern.count("\n", 0, position) + 1
-        self.colno = position - pattern.rfind("\n", 0, position)
+        _locate(self, message, pattern, position)
+
+
+def _locate(error, message, pattern, position):
+    error.msg, error.pattern, error.pos = message, pattern, position
+    error.lineno = error.colno = None
+    if position is not None:
+        error.lineno = pattern.count("\n", 0, position) + 1
+        error.colno = position - pattern.rfind("\n", 0, position)

@@ -251,11 +251,19 @@ ERRORS = [
 ]
 
 
+SHOWN = {  # texts whose excerpt is not the text as it is: a control character, several lines
+    "trainable\x00()": "unexpected character '\\x00'\n  trainable\\x00()\n           ^",
+    " \n\t": "empty selector text: expected a selector such as trainable() or scope('name')\n"
+             "  line 2:         \n"
+             "                  ^",
+}
+
+
 @pytest.mark.parametrize("text, reason, column", ERRORS)
 def test_error_message(text, reason, column):
     error = error_for(text)
     assert (error.reason, error.column, error.text) == (reason, column, text)
-    expected = f"{reason}\n  {text}\n  {' ' * column}^" if text else reason
+    expected = SHOWN.get(text, f"{reason}\n  {text}\n  {' ' * column}^" if text else reason)
     assert str(error) == expected
     assert isinstance(error, ValueError)
 
@@ -273,6 +281,15 @@ def test_a_bad_regex_is_a_syntax_error_at_its_argument(pattern):
     error = error_for(text)
     assert error.reason == f"invalid regular expression: {compiled.value}"
     assert error.column == 16
+
+
+def test_a_regex_re2_cannot_run_is_a_syntax_error_at_its_argument():
+    error = error_for(r"local() | regex('(a)\\1')")
+    assert str(error) == (
+        r"unsupported regular expression: regex() runs on RE2, which has no backreferences: '\1' at position 3; "
+        r"spell out what the group can match instead, e.g. '(a|b)\1' as 'aa|bb'" "\n"
+        r"  local() | regex('(a)\\1')" "\n"
+        "                  ^")
 
 
 def test_a_regex_nested_too_deep_for_python_is_a_syntax_error():
@@ -303,6 +320,73 @@ def test_too_long_text_is_a_syntax_error_without_echoing_it():
     assert error.column == parser.MAX_LENGTH
 
 
+def test_the_length_limit_comes_before_anything_else_is_read():
+    for text in ["(" * 100_001, "regex('" + "(" * 100_000 + "')", "trainabel" * 20_000]:
+        assert str(error_for(text)) == f"selector text is too long: {len(text)} characters (the limit is 100000)"
+    assert error_for("(" * 100_000).reason == "selector is nested too deeply (the limit is 100 levels)"
+
+
+# -- the caret: one line, display columns, cut to about 70 columns -------------------------------------
+
+CARETS = [
+    # a tab moves to the next multiple of 8: 'trainable() |' is 13 columns, the tab ends at 16, 'scope(' at 22
+    ("trainable() |\tscope(conv)", "expected a quoted string argument, got 'conv'\n"
+     "  trainable() |   scope(conv)\n"
+     "                        ^"),
+    # several lines: the one at fault, named
+    ("trainable()\n| scope('a')\n| trainabel()", "unknown selector 'trainabel' — did you mean 'trainable'?\n"
+     "  line 3: | trainabel()\n"
+     "            ^"),
+    ("trainabel()\r\n| local()", "unknown selector 'trainabel' — did you mean 'trainable'?\n"
+     "  line 1: trainabel()\n"
+     "          ^"),
+    # wide characters take 2 columns: "scope('" 7, 层 2, '/' 1, 权 2, 重 2, "') | " 5: the caret at 19
+    ("scope('层/权重') | 中()", f"unknown selector '中'; known selectors: {KNOWN}\n"
+     "  scope('层/权重') | 中()\n"
+     "                     ^"),
+    # a combining accent takes none: "scope('" 7, 'cafe' 4, U+0301 0, "') " 3: the caret at 14
+    ("scope('cafe\u0301') % local()", "unexpected character '%'\n"
+     "  scope('cafe\u0301') % local()\n"
+     "                ^"),
+    # a control character shows as its escape, 4 columns wide: "scope('" 7, '\x1b' 4, "') " 3: the caret at 14
+    ("scope('\x1b') + local()", "unexpected character '+'; use '|' instead of '+'\n"
+     "  scope('\\x1b') + local()\n"
+     "                ^"),
+]
+
+
+@pytest.mark.parametrize("text, message", CARETS, ids=["tab", "lines", "crlf", "wide", "combining", "control"])
+def test_the_caret_stands_under_the_character_at_fault(text, message):
+    assert str(error_for(text)) == message
+
+
+def test_a_long_line_is_cut_around_the_caret():
+    # the caret a third into about 70 columns, '...' where cut: 22 columns before it, 47 after
+    text = "nothing() | " * 20 + "x()" + " | nothing()" * 20
+    assert str(error_for(text)) == (
+        f"unknown selector 'x'; known selectors: {KNOWN}\n"
+        "  ...thing() | nothing() | x() | nothing() | nothing() | nothing() | nothin...\n"
+        + " " * 27 + "^")
+    # near the end, the columns left after the caret go before it: 59 before, 'trainabel()' after
+    text = "scope('" + "a" * 200 + "') | trainabel()"
+    assert str(error_for(text)) == (
+        "unknown selector 'trainabel' — did you mean 'trainable'?\n"
+        "  ..." + "a" * 54 + "') | trainabel()\n"
+        + " " * 64 + "^")
+
+
+def test_a_long_text_is_never_echoed_whole():
+    word = "x" * 50_000
+    error = error_for(word + "()")
+    assert str(error) == (f"unknown selector '{'x' * 27}...'; known selectors: {KNOWN}\n"
+                          f"  {'x' * 70}...\n"
+                          "  ^")
+    error = error_for("regex('" + "a" * 90_000 + "(?=b)')")
+    assert len(str(error)) < 500 and error.column == 6 and error.text.endswith("(?=b)')")
+    assert error.reason.startswith("unsupported regular expression: regex() runs on RE2, which has no lookahead: "
+                                   "'(?=' at position 90000; ")
+
+
 @pytest.mark.parametrize("value", [None, b"trainable()", 3, trainable()])
 def test_non_text_is_a_type_error(value):
     with pytest.raises(TypeError) as error:
@@ -316,9 +400,11 @@ ARGUMENT = st.text(alphabet=st.one_of(st.characters(), st.sampled_from("'\"\\/ "
 
 
 def _compiles(pattern):
+    """Python compiles it and RE2 runs it: a pattern regex() takes."""
     try:
         re.compile(pattern)
-    except (re.error, OverflowError, RecursionError):
+        regex(pattern)
+    except (re.error, OverflowError, RecursionError):  # UnsupportedRegexError is a re.error too
         return False
     return True
 

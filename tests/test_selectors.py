@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from subsetsaver.errors import EmptySelectionError
+from subsetsaver.errors import EmptySelectionError, InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError
 from subsetsaver.selectors import (
     averages,
     bn_stats,
@@ -119,8 +119,35 @@ def test_regex_searches_anywhere_in_the_name(catalog):
 
 
 def test_regex_rejects_a_bad_pattern_at_construction():
-    with pytest.raises(re.error):
+    with pytest.raises(InvalidRegexError) as error:
         regex("(")
+    assert isinstance(error.value, re.error) and isinstance(error.value, SelectorSyntaxError)
+    assert (str(error.value), error.value.pattern, error.value.pos) == (
+        "missing ), unterminated subpattern at position 0", "(", 0)
+
+
+def test_regex_rejects_what_re2_cannot_run_at_construction():
+    with pytest.raises(UnsupportedRegexError) as error:
+        regex(r"^conv_1/(?!bn/)")
+    assert str(error.value) == (
+        "regex() runs on RE2, which has no lookahead: '(?!' at position 8; match a plain pattern and subtract "
+        "instead, e.g. regex('a') - regex('ab')")
+    assert isinstance(error.value, re.error) and isinstance(error.value, SelectorSyntaxError)
+
+
+def test_the_fix_the_refusal_proposes_chooses_the_same(catalog):
+    names = [n for n in SIZES if re.search(r"^conv_1/(?!bn/)", n)]
+    assert chosen(regex("^conv_1/") - regex("^conv_1/bn/"), catalog) == sorted(names) == ["conv_1/b", "conv_1/w"]
+
+
+def test_regex_and_name_keep_pythons_meaning_on_re2():
+    names = ["größe/w", "straße_1/w", "a-b/w", "x/kernel\n", "x/kernel"]
+    catalog = types.SimpleNamespace(all_names=frozenset(names))
+    for pattern, expected in [(r"^\w+/w$", ["größe/w", "straße_1/w"]),  # \w is Unicode, as in Python
+                              (r"kernel$", ["x/kernel", "x/kernel\n"]),  # '$' also before a final newline
+                              (r"kernel\Z", ["x/kernel"])]:
+        assert chosen(regex(pattern), catalog) == sorted(n for n in names if re.search(pattern, n)) == expected
+    assert chosen(name("*e_[0-9]/?"), catalog) == ["straße_1/w"]
 
 
 def test_collections_and_roles(catalog):

@@ -1,9 +1,10 @@
-"""The selection room: selectors, their text form, and the regex check.
+"""The selection room: selectors, their text form, and their patterns run on RE2.
 
 A selector is a small immutable value (``trainable() | scope('conv_1/bn')``) that
 picks variable names from a catalog; it never touches TensorFlow. ``expressions``
 holds the selector types and constructors, ``parser`` reads their text (``parse(repr(sel))
-== sel``), and ``regex_safety`` refuses patterns that could hang the tool.
+== sel``), ``patterns`` matches ``regex()`` and ``name()`` with RE2 (linear time: no pattern
+can hang the tool), and ``re2_syntax`` rewrites Python's regex syntax in RE2's.
 
 This room imports ``catalog``, ``errors`` and ``tf_internals``. Other rooms use the names
 in ``__all__``.

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import fnmatch
-import re
 from typing import Iterable
 
 from .. import catalog as catalog_module
 from .. import tf_internals
 from ..errors import EmptySelectionError
-from .regex_safety import refuse_backtracking
+from .patterns import compile_regex, glob_matcher, regex_matcher
 
 # Binding strength, the same as Python's operators, so text and code mean the same.
 _UNION, _XOR, _AND, _SUB, _UNARY, _ATOM = range(1, 7)
@@ -245,30 +243,32 @@ class Name(_Leaf):
     pattern: str
     keyword = "name"
 
+    def __post_init__(self):
+        glob_matcher(self.pattern)  # a glob too large for RE2 fails here, not when resolved
+
     def evaluate(self, catalog):
-        matcher = re.compile(fnmatch.translate(self.pattern)).match
-        return frozenset(n for n in catalog.all_names if matcher(n))
+        matches = glob_matcher(self.pattern)  # fnmatch.fnmatchcase, in time linear in the glob and the name
+        return frozenset(n for n in catalog.all_names if matches(n))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class Regex(_Leaf):
-    """``re.search`` on the full variable name.
+    """``re.search`` on the full variable name, run on RE2: linear in the name's length, never a hang.
 
-    A bad pattern fails at construction (``re.error``), and so does one that can make Python's
-    ``re`` backtrack exponentially over a long name (``BacktrackingRegexError``, see
-    :func:`refuse_backtracking`): a selector from a config file must not hang the tool.
+    A pattern fails at construction: ``InvalidRegexError`` if Python's ``re`` rejects it,
+    ``UnsupportedRegexError`` if it needs what RE2 lacks (backreferences, lookaround, ...; see
+    :mod:`patterns`). Both are ``SelectorSyntaxError`` and ``re.error``.
     """
 
     pattern: str
     keyword = "regex"
 
     def __post_init__(self):
-        re.compile(self.pattern)
-        refuse_backtracking(self.pattern)
+        compile_regex(self.pattern)
 
     def evaluate(self, catalog):
-        search = re.compile(self.pattern).search
-        return frozenset(n for n in catalog.all_names if search(n))
+        matches = regex_matcher(self.pattern)
+        return frozenset(n for n in catalog.all_names if matches(n))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -438,8 +438,8 @@ def name(glob: str) -> Selector:
 
 
 def regex(pattern: str) -> Selector:
-    """``re.search`` on the full name: ``regex('^conv_[12]/')``; refuses patterns that backtrack
-    exponentially, such as ``(\\w+)+$`` (see :func:`refuse_backtracking`)."""
+    """``re.search`` on the full name: ``regex('^conv_[12]/')``, run on RE2 (linear time); refuses what
+    RE2 lacks, such as the lookahead in ``a(?!b)`` (write ``regex('a') - regex('ab')``)."""
     return Regex(_string("regex", pattern))
 
 

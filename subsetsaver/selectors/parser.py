@@ -21,7 +21,7 @@ import difflib
 import operator
 import re
 
-from ..errors import SelectorSyntaxError
+from ..errors import InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError
 from . import expressions as selectors
 
 __all__ = ["parse", "MAX_DEPTH", "MAX_LENGTH"]
@@ -57,9 +57,8 @@ class _Token:
         if self.kind == "end":
             return "end of text"
         if self.kind == "string":
-            shown = self.value if len(self.value) <= 30 else self.value[:27] + "..."
-            return f"string {shown!r}"
-        return repr(self.text)
+            return f"string {_clipped(self.value, 30)!r}"
+        return repr(_clipped(self.text, 30))
 
 
 def parse(text: str) -> selectors.Selector:
@@ -193,7 +192,7 @@ class _Parser:
             hint = _hint(word.text) or (
                 f" — did you mean {close[0]!r}?" if close else f"; known selectors: {', '.join(known)}"
             )
-            raise self._error(f"unknown selector {word.text!r}{hint}", word.column)
+            raise self._error(f"unknown selector {_clipped(word.text, 30)!r}{hint}", word.column)
         self._advance()
         if not self._is("("):
             raise self._expected(f"'(' after {word.text!r}")
@@ -224,8 +223,17 @@ class _Parser:
             raise self._error(f"{word.text}() takes {takes}, got {got}", column)
         try:
             return constructor(*(argument.value for argument in arguments))
-        except (re.error, RecursionError, OverflowError) as error:  # only regex() compiles its argument
-            raise self._error(f"invalid regular expression: {error}", arguments[0].column) from None
+        except InvalidRegexError as error:  # only regex() and name() read their argument
+            raise self._error(f"invalid regular expression: {_clipped(str(error))}", arguments[0].column) from None
+        except UnsupportedRegexError as error:
+            raise self._error(f"unsupported regular expression: {error}", arguments[0].column) from None
+        except SelectorSyntaxError as error:  # a glob too large for RE2
+            raise self._error(error.reason, arguments[0].column) from None
+
+
+def _clipped(text, limit=200) -> str:
+    """``text`` cut to ``limit`` characters: a message never echoes a whole 100 KB argument."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _hint(text) -> str:
