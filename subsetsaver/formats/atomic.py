@@ -125,10 +125,10 @@ def replacing(path):
     sink = _LocalFileSink(path) if is_local(path) else _GFileSink(path)
     try:
         yield sink
+        sink.commit()
     except BaseException:
         sink.abort()
         raise
-    sink.commit()
 
 
 def write_bytes(path, data) -> None:
@@ -193,11 +193,16 @@ class _LocalFileSink:
             _background().submit(os.close, replaced)
 
     def abort(self):
-        if self._syncing is not None:
-            self._syncing.exception()
-        self._file.close()
-        if os.path.exists(self.temporary):
-            os.remove(self.temporary)
+        """Drop the temporary file, whatever state the write stopped in (a full disk fails close too)."""
+        try:
+            if self._syncing is not None:
+                self._syncing.exception()
+            self._file.close()
+        except OSError:
+            pass  # the bytes are being dropped anyway; the temporary goes below
+        finally:
+            if os.path.exists(self.temporary):
+                os.remove(self.temporary)
 
 
 def _open_replaced(path):
@@ -246,9 +251,13 @@ class _GFileSink:
         self._tf.io.gfile.rename(self.temporary, self.path, overwrite=True)
 
     def abort(self):
-        self._file.close()
-        if self._tf.io.gfile.exists(self.temporary):
-            self._tf.io.gfile.remove(self.temporary)
+        try:
+            self._file.close()
+        except (OSError, self._tf.errors.OpError):
+            pass  # the bytes are being dropped anyway; the temporary goes below
+        finally:
+            if self._tf.io.gfile.exists(self.temporary):
+                self._tf.io.gfile.remove(self.temporary)
 
 
 # ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCh
 from ..formats import npz, npz_state
 from ..formats.atomic import remove_abandoned
 from ..formats.npz import entry_spec
+from ..formats.writer_lock import hold_directory
 from .npz_layout import check_storable, compare_with_manifest, layout_of
 from .npz_ops import ops_for
 from .reports import describe_all
@@ -80,6 +81,7 @@ class NpzBackend:
         if extra:
             global_step = fetched[0]
         path = self._path(os.fspath(save_path), global_step)
+        hold_directory(os.path.dirname(path))
         npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
                   array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=self.checksum)
         if path in self._kept:

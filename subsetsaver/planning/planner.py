@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import warnings
@@ -30,8 +31,10 @@ from ..audit import audit, warn_for
 from ..errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    CheckpointWriteError,
     CorruptCheckpointError,
     EmptySelectionError,
+    SubsetSaverError,
     SubsetSaverWarning,
     UninitializedVariablesError,
 )
@@ -45,6 +48,9 @@ from .remap import checkpoint_names, nearest_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
 
 ON_MISMATCH = ("error", "initialize")
+# errno -> how TensorFlow's errors spell it (its OpErrors carry no errno)
+_WRITE_FAILURES = {errno.ENOSPC: "No space left on device", errno.EACCES: "Permission denied",
+                   errno.EROFS: "Read-only file system", errno.EDQUOT: "Disk quota exceeded"}
 _REJECTED_SAVER_OPTIONS = {
     "var_list": "pass a selector to plan() instead",
     "defer_build": "a plan builds everything at plan time",
@@ -219,7 +225,10 @@ class Plan:
         contents = self.backend.contents(prefix)
         unmatched = sorted(k for k in contents if k not in self._checkpoint_to_name)
         missing = [self.checkpoint_names[n] for n in self.saved_names if self.checkpoint_names[n] not in contents]
-        remap, resolves = suggest_remap(missing, unmatched) if missing and not self.remap else (None, 0)
+        remap, resolves = None, 0
+        if missing and not self.remap:  # a suggestion is checked against every name, shape and dtype
+            specs = {name: self.spec(name) for name in self.saved_names}
+            remap, resolves = suggest_remap(missing, unmatched, expected=specs, contents=contents)
         nearest = nearest_names(missing, unmatched or sorted(contents), remap)
         expected = [(name, self.checkpoint_names[name], *self.spec(name)) for name in self.saved_names]
         problems = compare_contents(expected, contents, nearest)
@@ -326,21 +335,54 @@ class Plan:
             subset_manifest.remove_manifest(prefix)
         try:
             prefix = self.backend.save(sess, save_path, global_step, **options)
-        except tf.errors.FailedPreconditionError as error:
-            saved = set(self.saved_names)
-            names = [name for name in self._uninitialized_names(sess) if name in saved]
-            if not names:
+        except Exception as error:
+            self._put_back_manifests(kept_manifests)
+            if isinstance(error, tf.errors.FailedPreconditionError):
+                saved = set(self.saved_names)
+                names = [name for name in self._uninitialized_names(sess) if name in saved]
+                if names:
+                    raise UninitializedVariablesError(
+                        f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
+                        f"{', '.join(names)}; run plan.restore_or_initialize(sess, None) first",
+                        names,
+                    ) from error
+            if isinstance(error, SubsetSaverError) or not isinstance(error, (tf.errors.OpError, OSError)):
                 raise
-            raise UninitializedVariablesError(
-                f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
-                f"{', '.join(names)}; run plan.restore_or_initialize(sess, None) first",
-                names,
-            ) from error
+            raise self._write_error(save_path, global_step, error) from error
         subset_manifest.write_manifest(prefix, self._manifest_content())
         for old, content in kept_manifests.items():  # still kept (a rewrite, keep_checkpoint_every_n_hours)
             if content is not None and old != prefix and self.backend.exists(old):
                 subset_manifest.write_manifest(old, content)
         return prefix
+
+    def _put_back_manifests(self, manifests):
+        """After a failed save: the manifests of the checkpoints it would have retired, which remain."""
+        for prefix, content in manifests.items():
+            if content is not None and self.backend.exists(prefix):
+                subset_manifest.write_manifest(prefix, content)
+
+    def _write_error(self, save_path, global_step, error) -> CheckpointWriteError:
+        """The library's error for a save the file system refused (full, read-only, no permission)."""
+        text = first_line(error)
+        code = getattr(error, "errno", None)
+        if code is None:
+            code = next((number for number, marker in _WRITE_FAILURES.items() if marker in text), None)
+        cause = os.strerror(code).lower() if code is not None else text
+        sizes = self.sizes
+        needed = (f"{sizes.checkpoint_bytes:,} bytes (.data {sizes.data_bytes:,}, .index ~{sizes.index_bytes:,})"
+                  if self.backend.name == "tf" else f"{sizes.saved_bytes:,} bytes of values")
+        directory = os.path.dirname(save_path)
+        try:
+            latest = self.backend.latest_checkpoint(directory or ".")
+        except CorruptCheckpointError:
+            latest = None
+        remains = f"the latest checkpoint is still '{latest}'" if latest else "there is no earlier checkpoint there"
+        step = "" if global_step is None else f" (step {global_step if isinstance(global_step, int) else '...'})"
+        message = (f"cannot save '{save_path}'{step}: {cause}; it needs about {needed}; nothing was left under "
+                   f"its name and {remains}; free space or save elsewhere")
+        failure = CheckpointWriteError(message)
+        failure.errno = code
+        return failure
 
     def _retiring(self) -> list:
         """The checkpoints the next save deletes if it writes a new one (the oldest past max_to_keep)."""

@@ -36,6 +36,7 @@ import shutil
 
 from .. import tf_internals
 from ..formats.atomic import fsync_directory, remove_abandoned, temporary_name
+from ..formats.writer_lock import hold_directory
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,6 +72,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
     final = saved_prefix(saver, sess, save_path, global_step)
     staged = staging_prefix(final)
     directory = os.path.dirname(final)
+    hold_directory(directory)
     try:
         write(staged, write_meta_graph=False, write_state=False)
         if write_meta_graph:

@@ -49,6 +49,7 @@ from .format import (
     ArrayEntry,
     Manifest,
     entry_spec,
+    name_problem,
     numpy_dtype,
 )
 from .memory import aligned_bytes, evict_oldest
@@ -56,6 +57,7 @@ from .reader import Archive, read, read_manifest, verify
 from .writer import write
 
 __all__ = [
+    "name_problem",
     "ALIGNMENT",
     "CHECKSUMS",
     "DEFAULT_CHECKSUM",

@@ -284,6 +284,8 @@ def manifest_from_json(content, path, member_crcs) -> Manifest:
     entries, names, members = [], set(), set()
     for position, raw in enumerate(arrays):
         entry = _entry_from_json(raw, position, check, CHECKSUMS[algorithm])
+        problem = name_problem(entry.name)
+        check.that(problem is None, f"manifest array #{position} has the name {entry.name[:80]!r}: {problem}")
         check.that(entry.name not in names, f"manifest lists array '{entry.name}' twice")
         check.that(entry.member not in members, f"manifest gives two arrays member '{entry.member}'")
         check.that(entry.member in member_crcs, f"array '{entry.name}': member '{entry.member}' is not in the archive")
@@ -316,6 +318,30 @@ class _SchemaCheck:
     def that(self, condition, message):
         if not condition:
             raise corruption_error(self._path, f"{message}; the manifest was edited or damaged", MANIFEST_MEMBER)
+
+
+MAX_NAME_LENGTH = 4096
+
+
+def name_problem(name) -> str | None:
+    """Why ``name`` cannot be a variable's name in a checkpoint, or None: TensorFlow names are
+    non-empty '/'-separated scopes without empty, '.' or '..' parts and without control characters.
+
+    >>> name_problem('conv_1/w'), name_problem('../w')
+    (None, "a '..' part")
+    """
+    if not name:
+        return "an empty name"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"longer than {MAX_NAME_LENGTH} characters"
+    if any(ord(character) < 32 or ord(character) == 127 for character in name):
+        return "a control character"
+    parts = name.split("/")
+    if "" in parts:
+        return "an empty part (a leading, trailing or doubled '/')"
+    if "." in parts or ".." in parts:
+        return f"a '{'..' if '..' in parts else '.'}' part"
+    return None
 
 
 _ENTRY_TYPES = (("name", str), ("member", str), ("dtype", str), ("stored_dtype", str), ("checksum", str),

@@ -36,6 +36,7 @@ from .format import (
     Manifest,
     manifest_to_json,
     member_name,
+    name_problem,
     npy_header,
 )
 
@@ -63,8 +64,12 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     array_info = dict(array_info or {})
     items, used = [], set()
     for index, (name, value) in enumerate(dict(arrays).items()):
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"array names are non-empty strings, got {name!r}")
+        if not isinstance(name, str):
+            raise ValueError(f"array names are strings, got {name!r}")
+        problem = name_problem(name)
+        if problem is not None:
+            raise ValueError(f"cannot write an array named {name[:80]!r}: {problem}; name it as a TensorFlow variable "
+                             "('scope/name')")
         data, true_dtype = _storable(name, value)
         member = member_name(name, index, used)
         stored = STORED_AS[true_dtype]
