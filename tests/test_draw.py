@@ -22,6 +22,7 @@ from subsetsaver import catalog as catalog_module
 from subsetsaver import draw
 from subsetsaver.cli.draw_command import draw_command
 from subsetsaver.draw import plan_tree as plan_tree_module
+from subsetsaver.draw import venn as venn_module
 from subsetsaver.errors import SubsetSaverWarning
 from subsetsaver.selectors import format_bytes
 
@@ -526,7 +527,7 @@ def test_command_draws_sets_and_tree(tmp_path, mnist_meta, monkeypatch):
     result = runner.invoke(draw_command, ["--graph", mnist_meta, "--save", "trainable()", "--tree",
                                           "-o", str(tree_path)])
     assert result.exit_code == 0, result.output
-    assert f"subsetsaver: {draw.INSTALL_DOT_HINT}\n" in result.stderr
+    assert f"warning: {draw.INSTALL_DOT_HINT}\n" in result.stderr
     assert result.stdout == f"wrote {tmp_path / 'tree.dot'} (not {tree_path})\n"
     assert (tmp_path / "tree.dot").read_text().startswith("digraph ")
 
@@ -541,3 +542,48 @@ def test_command_rejects_bad_options(tmp_path, mnist_meta):
     assert result.exit_code == 2
     assert "--tree needs --save EXPR" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def dot_depths(source):
+    """(brace depth, line) for each line of a DOT source: 1 is the top graph, 2+ inside subgraphs."""
+    depth, lines = 0, []
+    for line in source.splitlines():
+        lines.append((depth, line))
+        depth += line.count("{") - line.count("}")
+    return lines
+
+
+def test_plan_tree_draws_each_scope_node_in_its_own_box_and_a_legend_of_what_is_drawn(tmp_path, mnist_catalog):
+    """Edges live on the top graph: graphviz puts every node an edge names into the subgraph the edge is
+    written in, which drew each parent inside its child's box."""
+    stand_in = StandInPlan(mnist_catalog, ss.trainable())
+    draw.draw_plan(stand_in, tmp_path / "plan.dot", findings=[])
+    source = (tmp_path / "plan.dot").read_text()
+    inside = [line for depth, line in dot_depths(source) if "->" in line and depth > 1 and "legend" not in line]
+    assert inside == []
+    clusters = re.findall(r'subgraph "?cluster_s/([^" {]+)', source)
+    assert "conv_1" in clusters and "opt/conv_1/bn" in clusters
+    legend = list(dict.fromkeys(re.findall(r"(legend_\w+) \[", source)))
+    assert legend == ["legend_saved", "legend_initialized"]  # nothing flagged, nothing collapsed
+
+
+def test_sets_legend_lists_only_the_states_drawn_and_leaders_cross_no_label(mnist_catalog):
+    for saved, expected in ((ss.trainable(), ["saved", "not saved"]),
+                            (ss.trainable() | ss.scope("opt/conv_1"), ["saved", "partly saved", "not saved"])):
+        drawing = draw.sets_figure({"trainable": ss.trainable(), "bn_stats": ss.bn_stats(), "slots": ss.slots()},
+                                   saved=saved, graph=mnist_catalog)
+        axes = drawing.figure.axes[0]
+        assert [text.get_text() for text in axes.get_legend().get_texts()] == expected
+        renderer = drawing.figure.canvas.get_renderer() if hasattr(drawing.figure.canvas, "get_renderer") else None
+        if renderer is None:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+            renderer = FigureCanvasAgg(drawing.figure).get_renderer()
+        notes = [child for child in axes.texts if getattr(child, "arrow_patch", None) is not None]
+        others = [child for child in axes.texts if child not in notes]
+        for note in notes:
+            start = axes.transAxes.transform(note.xyann)
+            end = axes.transData.transform(note.xy)
+            for other in others:
+                box = other.get_window_extent(renderer)
+                assert not venn_module.crosses_box(start, end, box), (note.get_text(), other.get_text())

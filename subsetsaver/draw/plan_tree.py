@@ -254,17 +254,6 @@ def _tree_dot(graphviz, tree, catalog, saved, flags):
              margin="0.06,0.03")
     dot.attr("edge", arrowhead="none", color="#9a9a9a")
 
-    with dot.subgraph(name="cluster_legend") as legend:
-        legend.attr(label="Legend", style="rounded", color="#bbbbbb", fontsize="10")
-        legend.node("legend_saved", "saved (restored from the checkpoint)", fillcolor=SAVED_COLOR)
-        legend.node("legend_initialized", "initialized (not in the checkpoint)", fillcolor=INITIALIZED_COLOR)
-        legend.node("legend_flagged", "flagged by the audit", fillcolor=FLAGGED_COLOR)
-        legend.node("legend_collapsed", "collapsed scope: count, bytes,\nstripes by bytes of each fate",
-                    shape="box", style="filled", fillcolor=f"{SAVED_COLOR};0.5:{INITIALIZED_COLOR}")
-        legend.edge("legend_saved", "legend_initialized", style="invis")
-        legend.edge("legend_initialized", "legend_flagged", style="invis")
-        legend.edge("legend_flagged", "legend_collapsed", style="invis")
-
     def node_id(item):
         # '/'-separated prefixes: graphviz reads ':' in a node name as a port.
         return {"scope": "s/", "collapsed": "c/", "others": "o/", "variable": "v/"}[item.kind] + (item.path or "(root)")
@@ -289,18 +278,22 @@ def _tree_dot(graphviz, tree, catalog, saved, flags):
             if fate == "flagged":
                 text += " — " + " ".join(f.message for f in flags[name])
             graph.node(identifier, "\n".join(lines), fillcolor=_FATE_COLORS[fate], tooltip=text)
+            drawn.add(fate)
         elif item.kind in ("collapsed", "others"):
             title = f"{item.label}/ …" if item.kind == "collapsed" else f"… {item.label}"
             graph.node(identifier, f"{title}\n{variables_text(len(item.names))} · {size}\n{_tally_text(tally)}",
                        shape="box", style="filled", fillcolor=_stripes(tally), penwidth="1.4",
                        tooltip=tooltip(item, tally))
+            drawn.add("collapsed")
         else:
             title = item.label or "all variables"
             graph.node(identifier, f"{title}\n{variables_text(len(item.names))} · {size}\n{_tally_text(tally)}",
                        shape="tab", style="filled", fillcolor="white", fontname="Helvetica-Bold",
                        tooltip=tooltip(item, tally))
         if parent_id is not None:
-            graph.edge(parent_id, identifier)
+            # On the top graph, not inside a cluster: graphviz adds every node an edge statement names
+            # to the subgraph the statement is in, which drew each parent inside its child's box.
+            edges.append((parent_id, identifier))
         # Inside a cluster, dot stacks the nodes emitted first at the bottom: reverse them to read top-down.
         for child in item.children if graph is dot else reversed(item.children):
             if child.kind == "scope":
@@ -311,5 +304,29 @@ def _tree_dot(graphviz, tree, catalog, saved, flags):
             else:
                 emit(graph, child, identifier, shade)
 
+    edges, drawn = [], set()
     emit(dot, tree, None, True)
+    for parent_id, identifier in edges:
+        dot.edge(parent_id, identifier)
+    _legend(dot, drawn)
     return dot
+
+
+_LEGEND = (
+    ("saved", "saved (restored from the checkpoint)", {"fillcolor": SAVED_COLOR}),
+    ("initialized", "initialized (not in the checkpoint)", {"fillcolor": INITIALIZED_COLOR}),
+    ("flagged", "flagged by the audit", {"fillcolor": FLAGGED_COLOR}),
+    ("collapsed", "collapsed scope: count, bytes,\nstripes by bytes of each fate",
+     {"shape": "box", "style": "filled", "fillcolor": f"{SAVED_COLOR};0.5:{INITIALIZED_COLOR}"}),
+)
+
+
+def _legend(dot, drawn):
+    """A legend of the fates and node kinds the picture shows, and only those."""
+    entries = [(f"legend_{key}", text, style) for key, text, style in _LEGEND if key in drawn]
+    with dot.subgraph(name="cluster_legend") as legend:
+        legend.attr(label="Legend", style="rounded", color="#bbbbbb", fontsize="10")
+        for identifier, text, style in entries:
+            legend.node(identifier, text, **style)
+        for (first, _, _), (second, _, _) in zip(entries, entries[1:]):
+            legend.edge(first, second, style="invis")

@@ -19,3 +19,10 @@ SET_COLORS = ("#1f77b4", "#e07b00", "#8e44ad")
 def variables_text(count) -> str:
     """``count`` as words: '1 variable', '3 variables'."""
     return f"{count} variable{'s' if count != 1 else ''}"
+
+
+def saved_states_drawn(regions) -> list:
+    """Which of 'all', 'part', 'none' the drawn regions (those with variables) are in, in that order:
+    a legend shows an entry only for what the picture shows."""
+    states = {region.saved_state for region in regions if region.names}
+    return [state for state in ("all", "part", "none") if state in states]

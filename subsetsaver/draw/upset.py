@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..selectors import format_bytes
 from .canvas import SetsFigure
-from .style import SAVED_COLOR
+from .style import SAVED_COLOR, saved_states_drawn
 
 _UPSET_MAX_COLUMNS = 40
 
@@ -84,11 +84,12 @@ def upset_figure(mpl, regions, labels, caption, saved_given) -> SetsFigure:
     for spine in matrix.spines.values():
         spine.set_visible(False)
     if saved_given:
-        handles = [
-            mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
-            mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#3f8f33", hatch="//", label="partly saved"),
-            mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#4d6a85", label="not saved"),
-        ]
+        entries = {
+            "all": mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
+            "part": mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#3f8f33", hatch="//", label="partly saved"),
+            "none": mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#4d6a85", label="not saved"),
+        }
+        handles = [entries[state] for state in saved_states_drawn(regions)]
         bars.legend(handles=handles, loc="upper right", fontsize=8, frameon=False, ncol=3)
     caption = "Bars follow bytes (log scale); " + caption
     matrix.text(0.0, -0.15, caption, transform=matrix.transAxes, ha="left", va="top", fontsize=8, gid="caption")

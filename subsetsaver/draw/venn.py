@@ -22,7 +22,7 @@ import warnings
 from ..selectors import format_bytes
 from .canvas import SetsFigure
 from .regions import region_title
-from .style import SAVED_COLOR, SET_COLORS, variables_text
+from .style import SAVED_COLOR, SET_COLORS, saved_states_drawn, variables_text
 
 _LABEL_BOX = {"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75, "edgecolor": "none"}
 
@@ -178,11 +178,12 @@ def venn_figure(mpl, regions, labels, caption, saved_given) -> SetsFigure | None
     _place_callouts(axes, callouts, saved_given, renderer, frame_center=left + width / 2)
 
     if saved_given:
-        handles = [
-            mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
-            mpl.patches.Patch(facecolor="white", edgecolor="#3f8f33", hatch="//", label="partly saved"),
-            mpl.patches.Patch(facecolor="#f3f3f3", edgecolor="#555555", label="not saved"),
-        ]
+        entries = {
+            "all": mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
+            "part": mpl.patches.Patch(facecolor="white", edgecolor="#3f8f33", hatch="//", label="partly saved"),
+            "none": mpl.patches.Patch(facecolor="#f3f3f3", edgecolor="#555555", label="not saved"),
+        }
+        handles = [entries[state] for state in saved_states_drawn(regions)]
         axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.01), ncol=3, frameon=False,
                     fontsize=9, handlelength=1.6)
     caption = "Areas follow bytes; the frame is " + caption
@@ -330,13 +331,48 @@ def _place_callouts(axes, callouts, saved_given, renderer, frame_center):
             ys[-1] = heights[-1] / 2
             for i in range(len(ys) - 2, -1, -1):
                 ys[i] = max(ys[i], ys[i + 1] + (heights[i] + heights[i + 1]) / 2)
+        labels = [text.get_window_extent(renderer).padded(6) for text in axes.texts]  # what a leader must not cross
         for y, (_, region, anchor) in zip(ys, targets):
-            axes.annotate(
-                _region_label(region, saved_given, title=True), anchor, xytext=(1.04 if side > 0 else -0.04, y),
+            x = 1.04 if side > 0 else -0.04
+            target = axes.transData.transform(anchor)
+            y = _clear_height(axes, x, y, target, labels)
+            note = axes.annotate(
+                _region_label(region, saved_given, title=True), anchor, xytext=(x, y),
                 textcoords="axes fraction", ha="left" if side > 0 else "right", va="center", fontsize=9,
                 annotation_clip=False, zorder=4, gid=f"region-{region.code}",
                 arrowprops={"arrowstyle": "-", "color": "#666666", "linewidth": 0.8, "shrinkA": 2, "shrinkB": 0},
             )
+            labels.append(note.get_window_extent(renderer).padded(6))
+
+
+def _clear_height(axes, x, y, target, labels) -> float:
+    """The height (axes fraction) nearest ``y`` from which a straight leader at ``x`` to ``target``
+    (display coordinates) crosses no label; ``y`` itself when none is clear."""
+    for step in range(0, 41):
+        for candidate in ((y + 0.025 * step, y - 0.025 * step) if step else (y,)):
+            if 0.0 <= candidate <= 1.0:
+                start = axes.transAxes.transform((x, candidate))
+                if not any(crosses_box(start, target, box) for box in labels):
+                    return candidate
+    return y
+
+
+def crosses_box(start, end, box) -> bool:
+    """Whether the segment from ``start`` to ``end`` (display points) passes through ``box`` (a Bbox)."""
+    (x0, y0), (x1, y1) = start, end
+    low, high = 0.0, 1.0  # Liang-Barsky clipping of the segment to the box
+    for delta, distance_low, distance_high in ((x1 - x0, x0 - box.x0, box.x1 - x0), (y1 - y0, y0 - box.y0, box.y1 - y0)):
+        if delta == 0:
+            if distance_low < 0 or distance_high < 0:
+                return False
+            continue
+        first, second = -distance_low / delta, distance_high / delta
+        if delta < 0:
+            first, second = second, first
+        low, high = max(low, first), min(high, second)
+        if low > high:
+            return False
+    return high - low > 1e-9
 
 
 def _text_height(axes, text, renderer) -> float:
