@@ -1,0 +1,34 @@
+"""TensorFlow's checkpoint files (tensor bundles, the V2 format), read and written without TensorFlow.
+
+A checkpoint ``PREFIX`` is ``PREFIX.index``, a table of one BundleEntryProto per tensor
+(dtype, shape, data file, offset, size, checksum) after a BundleHeaderProto, and
+``PREFIX.data-0000K-of-0000N``, the tensors' bytes. Reading checks everything about the
+files before it returns a value, and each value against its checksum; writing gives the
+bytes TensorFlow's SaveV2 writes, atomically and durably.
+
+Modules, each importing only those above it:
+
+- ``checksums``: masked CRC32C;  ``problems``: the wording of every refusal;
+- ``proto``: the protocol-buffer wire format and the bundle's message schemas;
+- ``table``: the ``.index`` table format (LevelDB's SSTable), read and built;
+- ``dtypes``: TensorFlow's DataType enum and numpy's dtypes;
+- ``slices``: keys and geometry of the parts of partitioned variables;
+- ``files``: reading files at an offset (local, or through ``tf.io.gfile``);
+- ``index``: the parsed and checked index, :class:`TensorSpec`;
+- ``reader``: :class:`BundleReader`;  ``writer``: :class:`BundleWriter`, :func:`write`.
+
+Example::
+
+    >>> from subsetsaver.formats import tf_bundle
+    >>> tf_bundle.write('/ckpt/model', {'dense/w': w, 'dense/b': b})
+    '/ckpt/model'
+    >>> with tf_bundle.BundleReader('/ckpt/model') as reader:
+    ...     reader.names, reader.spec('dense/w').dtype, reader.read('dense/b').shape
+    (('dense/b', 'dense/w'), 'float32', (10,))
+"""
+
+from .index import FormatVersion, TensorSpec, data_path, index_path
+from .reader import BundleReader
+from .writer import BundleWriter, write
+
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "write"]

@@ -1,0 +1,206 @@
+"""Reading a TensorFlow checkpoint (a tensor bundle) without TensorFlow: everything checked first.
+
+Opening a :class:`BundleReader` reads the ``.index`` whole, checks its table (checksums,
+key order), header and every entry (see :mod:`.index`), and each tensor's bytes against
+the size of its data file, before any value is read. :meth:`BundleReader.read` then
+reads one tensor's bytes and nothing else (``os.preadv`` into the array it returns),
+checks them against their checksum, and returns them as TensorFlow's
+``tf.train.load_checkpoint(prefix).get_tensor(name)`` does: numpy arrays of the true
+dtype (ml_dtypes' bfloat16, float8 and int4 types), strings as an object array of
+``bytes``, a partitioned variable assembled from its parts.
+
+String tensors are stored as the varint64 length of every element, the masked CRC32C
+of those lengths (each as a little-endian uint32, a uint64 above 4 GiB), then the
+bytes; the entry's checksum covers the lengths as hashed, the length checksum and the
+bytes. Variant tensors (serialized C++ objects) are listed but cannot be read here.
+
+Example::
+
+    >>> with BundleReader('/ckpt/model-9000') as reader:
+    ...     reader.names, reader.spec('conv_1/w').shape, reader.read('conv_1/w').dtype
+    (('conv_1/b', 'conv_1/w'), (5, 5, 1, 32), dtype('float32'))
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError
+from . import dtypes as dtype_table
+from .checksums import crc32c, unmasked
+from .files import file_size, open_random_access, whole_file
+from .index import check_data_files, data_path, index_path, parse_index
+from .problems import TAMPERED, corrupt
+from .table import read_table
+
+_LARGEST_UINT32 = 0xFFFFFFFF
+_NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
+
+
+class BundleReader:
+    """The tensors of the checkpoint at ``prefix`` (the path without ``.index``), validated on opening.
+
+    Any problem of the files raises :class:`~subsetsaver.errors.CorruptCheckpointError` naming the
+    file or tensor; a missing ``.index``, or data file holding a tensor, raises
+    :class:`~subsetsaver.errors.CheckpointNotFoundError` (with ``require_data_files=False`` a missing
+    data file is an error only when one of its tensors is read). Use it as a context manager,
+    or call :meth:`close`.
+    """
+
+    def __init__(self, prefix, *, require_data_files=True):
+        self.prefix = os.fspath(prefix)
+        path = index_path(self.prefix)
+        try:
+            data = whole_file(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise CheckpointNotFoundError(f"no checkpoint at '{self.prefix}' (expected '{path}')") from None
+
+        def fail(problem, cause=TAMPERED):
+            return corrupt(self.prefix, f"'{path}'", problem, cause=cause)
+
+        self._index = parse_index(self.prefix, read_table(data, fail))
+        self.num_shards = self._index.num_shards
+        self.version = self._index.version
+        sizes = {shard: file_size(self._data_path(shard)) for shard in {s.shard for s in self._index.stored()}}
+        check_data_files(self._index, sizes, require_all=require_data_files)
+        self.names = tuple(self._index.tensors)
+        self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
+        self._files = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"BundleReader({self.prefix!r}: {len(self.names)} tensors)"
+
+    def close(self) -> None:
+        """Close the data files opened so far."""
+        files, self._files = self._files, {}
+        for handle in files.values():
+            handle.close()
+
+    def spec(self, name):
+        """The :class:`TensorSpec` of tensor ``name``; KeyError if the checkpoint has no such tensor."""
+        return self.specs[self._known(name)]
+
+    def read(self, name) -> np.ndarray:
+        """The value of tensor ``name``, its checksum verified (a partitioned one assembled from its parts)."""
+        tensor = self._index.tensors[self._known(name)]
+        if len(tensor.spec.shape) > _NUMPY_MAX_DIMENSIONS:
+            raise UnsupportedDtypeError(f"cannot read tensor '{name}' of checkpoint '{self.prefix}': it has "
+                                        f"{len(tensor.spec.shape)} dimensions, more than numpy's "
+                                        f"{_NUMPY_MAX_DIMENSIONS}")
+        if tensor.stored is not None:
+            return self._read_stored(tensor.stored)
+        held = sum(math.prod(stop - start for start, stop in region) for region, _ in tensor.parts)
+        if held != math.prod(tensor.spec.shape):
+            raise CheckpointMismatchError(
+                f"tensor '{name}' of checkpoint '{self.prefix}' is stored only in part ({held} of "
+                f"{math.prod(tensor.spec.shape)} elements), as TensorFlow stores some optimizer slots of partitioned "
+                "variables; it has no whole value: leave it out of the selection, or restore it into its graph")
+        value = np.empty(tensor.spec.shape, dtype=dtype_table.numpy_dtype(tensor.data_type))
+        covered = None if tensor.disjoint else np.zeros(tensor.spec.shape, dtype=bool)
+        for region, stored in tensor.parts:  # together the regions hold as many elements as the tensor
+            where = tuple(slice(start, stop) for start, stop in region)
+            if covered is not None:  # not told on opening: are the parts disjoint, so covering it all?
+                if covered[where].any():
+                    raise corrupt(self.prefix, stored.subject, "overlaps another part of its tensor")
+                covered[where] = True
+            value[where] = self._read_stored(stored)
+        return value
+
+    # -----------------------------------------------------------------------------
+
+    def _known(self, name):
+        if name not in self.specs:
+            raise KeyError(f"checkpoint '{self.prefix}' holds no tensor '{name}'")
+        return name
+
+    def _data_path(self, shard):
+        return data_path(self.prefix, shard, self.num_shards)
+
+    def _data_file(self, stored):
+        if stored.shard not in self._files:
+            path = self._data_path(stored.shard)
+            try:
+                self._files[stored.shard] = open_random_access(path)
+            except FileNotFoundError:
+                raise CheckpointNotFoundError(
+                    f"cannot read checkpoint '{self.prefix}': its data file '{path}' is missing ({stored.subject} "
+                    "lies in it); copy every file of the checkpoint") from None
+        return self._files[stored.shard]
+
+    def _read_stored(self, stored):
+        data_type = stored.data_type
+        if data_type is dtype_table.STRING:
+            return self._read_strings(stored)
+        if not data_type.fixed_width:
+            raise UnsupportedDtypeError(
+                f"cannot read {stored.subject} of checkpoint '{self.prefix}': {data_type.name} tensors hold "
+                "serialized C++ objects that only TensorFlow can read")
+        value = np.empty(stored.count, dtype=dtype_table.numpy_dtype(data_type))
+        raw = value.view(np.uint8)
+        self._data_file(stored).read_into(stored.offset, raw)
+        self._check_sum(stored, crc32c(raw))
+        if data_type.name == "bool" and raw.size and raw.max() > 1:
+            raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
+        return value.reshape(stored.shape)
+
+    def _read_strings(self, stored):
+        count = stored.count
+        if stored.size == 0:  # TensorFlow reads nothing, and checks the checksum of nothing
+            self._check_sum(stored, 0)
+            return np.empty(stored.shape, dtype=object)
+        raw = self._data_file(stored).read_into(stored.offset, np.empty(stored.size, dtype=np.uint8))
+        lengths, end = self._string_lengths(stored, raw, count)
+        if lengths.size and int(lengths.max()) > _LARGEST_UINT32:  # uint32 lengths hashed as such, for old files
+            hashed = b"".join(n.to_bytes(4 if n <= _LARGEST_UINT32 else 8, "little") for n in lengths.tolist())
+        else:
+            hashed = lengths.astype("<u4").tobytes()
+        checksum = crc32c(hashed)
+        if end + 4 > stored.size or unmasked(int.from_bytes(raw[end:end + 4].tobytes(), "little")) != checksum:
+            raise self._corrupt(stored, "fails the checksum of its string lengths", stored.offset + end)
+        text_start, bounds = end + 4, [0]
+        for length in lengths.tolist():  # Python integers: no sum of lengths can wrap around
+            bounds.append(bounds[-1] + length)
+        if text_start + bounds[-1] != stored.size:
+            raise self._corrupt(stored, f"has string lengths adding up to {bounds[-1]} bytes, but the "
+                                f"checkpoint stores {stored.size - text_start} bytes of strings for it")
+        self._check_sum(stored, crc32c(raw[text_start:], crc32c(raw[end:text_start], checksum)))
+        text = raw[text_start:].tobytes()
+        value = np.empty(count, dtype=object)
+        value[:] = [text[bounds[i]:bounds[i + 1]] for i in range(count)]
+        return value.reshape(stored.shape)
+
+    def _string_lengths(self, stored, raw, count):
+        """The ``count`` varint64 lengths at the start of ``raw`` (uint64), and where they end."""
+        if count == 0:
+            return np.zeros(0, dtype=np.uint64), 0
+        ends = np.flatnonzero(raw[:min(len(raw), 10 * count)] < 0x80)  # the last byte of each varint
+        if len(ends) < count:
+            raise self._corrupt(stored, f"holds fewer than its {count} string lengths")
+        ends = ends[:count]
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        if int((ends - starts).max()) >= 9:  # a 10-byte varint: 64 bits, more than any file holds
+            raise self._corrupt(stored, "has a string length longer than its data file")
+        groups = raw[:ends[-1] + 1]
+        shifts = 7 * (np.arange(len(groups)) - np.repeat(starts, ends - starts + 1))
+        lengths = np.add.reduceat((groups & 0x7F).astype(np.uint64) << shifts.astype(np.uint64), starts)
+        return lengths, int(ends[-1]) + 1
+
+    def _check_sum(self, stored, actual):
+        if unmasked(stored.crc32c) != actual:
+            raise self._corrupt(stored, "fails its checksum")
+
+    def _corrupt(self, stored, problem, at=None):
+        path = self._data_path(stored.shard)
+        start = stored.offset if at is None else at
+        return corrupt(self.prefix, stored.subject, f"{problem} (bytes {start} to {stored.offset + stored.size} "
+                       f"of '{path}')")
