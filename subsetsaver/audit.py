@@ -1,13 +1,13 @@
 """The auditor: the state a selection forgets, found before it bites.
 
-``audit`` reasons over the graph's dataflow (see ``reads.py``) and the catalog's roles;
+``audit`` reasons over the graph's dataflow (``catalog/dataflow.py``) and the catalog's roles;
 ``audit_values`` looks at the values in a session. Each returns :class:`Finding` values:
 
 =========================  ========  ==========================================================
 code                       severity  meaning
 =========================  ========  ==========================================================
 unsaved-state              error     a non-trainable variable that inference reads is not saved
-stats-not-updated          warning   the training op does not run the batch-norm updates
+stats-not-updated          warning   the training step does not run the batch-norm updates
 optimizer-state-saved      info      the selection carries optimizer state
 optimizer-state-partial    warning   part of the optimizer state is saved, part is not
 empty-term                 warning   a term of the selector matches nothing
@@ -105,7 +105,7 @@ def audit(sel_or_plan, graph=None, fetches=None) -> list:
         fetch_keys = _fetch_keys(fetches, flow)
         findings = []
         findings += _unsaved_state(catalog, flow, saved, fetch_keys)
-        findings += _stats_not_updated(catalog, flow)
+        findings += _stats_not_updated(catalog, flow, fetch_keys)
         findings += _optimizer_state(catalog, saved, selector)
         if selector is not None:
             findings += _empty_terms(selector, catalog)
@@ -214,13 +214,14 @@ def _unsaved_message(layer, kind, names, averaged):
 # -- stats-not-updated ---------------------------------------------------------------
 
 
-def _stats_not_updated(catalog, flow):
-    if "stats-not-updated" not in flow.memo:  # independent of the selection
-        flow.memo["stats-not-updated"] = _find_stats_not_updated(catalog, flow)
-    return flow.memo["stats-not-updated"]
+def _stats_not_updated(catalog, flow, fetch_keys=None):
+    key = ("stats-not-updated", tuple(fetch_keys or ()))
+    if key not in flow.memo:  # independent of the selection
+        flow.memo[key] = _find_stats_not_updated(catalog, flow, fetch_keys)
+    return flow.memo[key]
 
 
-def _find_stats_not_updated(catalog, flow):
+def _find_stats_not_updated(catalog, flow, fetch_keys):
     graph = catalog.graph
     statistics = set(catalog.role("bn_stat"))
     non_state = {r.name for r in catalog.records if r.trainable or r.roles & _OPTIMIZER_ROLES}
@@ -233,10 +234,9 @@ def _find_stats_not_updated(catalog, flow):
     updates = {name: keys for name, keys in updates.items() if keys}
     if not updates:
         return []
-    training = list(dict.fromkeys(flow.training_ops(_op_names(graph.get_collection(TRAIN_OP)))))
+    training, runs = _training_step(catalog, flow, fetch_keys)
     if not training:
         return []
-    runs = flow.needed_by(training)
     stale = [name for name, keys in updates.items() if not runs.intersection(keys)]
     layer_of = {name: flow.layer_of(name, flow.forward_reader(name)) for name in stale}
     subject = (
@@ -256,6 +256,22 @@ def _find_stats_not_updated(catalog, flow):
             )
         )
     return findings
+
+
+def _training_step(catalog, flow, fetch_keys):
+    """(the ops that run a training step, every op that step runs).
+
+    Fetches that run a training update are the step, with all they run in one
+    ``session.run`` (Keras fetches the loss and the grouped update op together); else the
+    last ops after the TRAIN_OP collection, or after the optimizer updates and step
+    increments (what a MonitoredTrainingSession's train op runs)."""
+    updates = catalog.roles.training_updates
+    if fetch_keys:
+        runs = flow.needed_by(fetch_keys)
+        if runs & updates:
+            return [key for key in fetch_keys if flow.needed_by([key]) & updates], runs
+    training = list(dict.fromkeys(flow.training_ops(_op_names(catalog.graph.get_collection(TRAIN_OP)), updates)))
+    return training, flow.needed_by(training)
 
 
 def _op_names(items):
@@ -310,8 +326,9 @@ def _optimizer_state(catalog, saved, selector):
                 f"or subtract slots() to save none.",
             )
         )
+    loss_scale = catalog.role("loss_scale")
     missing_own = own - saved
-    if saved_state - own and missing_own:
+    if saved_state - own - loss_scale and missing_own:
         findings.append(
             Finding(
                 "optimizer-state-partial",
@@ -320,6 +337,18 @@ def _optimizer_state(catalog, saved, selector):
                 f"the selection saves optimizer slots but not the optimizer's own "
                 f"variable{_s(missing_own)} {', '.join(catalog.in_order(missing_own))}: a resumed run "
                 f"would restart {'it' if len(missing_own) == 1 else 'them'} from the initial value. Add slots().",
+            )
+        )
+    missing_scale = loss_scale - saved
+    if saved_state - loss_scale and missing_scale:
+        findings.append(
+            Finding(
+                "optimizer-state-partial",
+                Severity.WARNING,
+                tuple(catalog.in_order(missing_scale)),
+                f"the selection saves optimizer state but not the loss-scale state "
+                f"{', '.join(catalog.in_order(missing_scale))}: a resumed run would restart loss scaling "
+                f"from its initial scale, and skip steps again while it shrinks. Add slots().",
             )
         )
     missing_steps = catalog.role("global_step") - saved

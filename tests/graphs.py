@@ -34,7 +34,10 @@ the same keys (possibly with empty lists):
 ``local``        ``graph.get_collection('local_variables')``
 
 Some builders add extra keys (``wide_graph`` adds ``non_trainable`` and
-``scope:<name>`` keys, ``tf_keras_bn_model`` adds ``keras_weights``).
+``scope:<name>`` keys, ``tf_keras_bn_model`` adds ``keras_weights``, the loss-scaled
+builders ``loss_scale``, ``accumulating_cnn`` ``accumulators`` and ``momentum``). The
+third-party builders of section 9 fill ``slots`` with every variable their optimizer code
+made (read back from the graph or ``opt.get_slot``), ``non_slot`` with its scalars.
 
 Notes on global state: ``tf.compat.v1.cond`` has no per-call switch between
 control flow v1 (Switch/Merge) and v2 (functional ``If``), so builders that need
@@ -73,6 +76,18 @@ __all__ = [
     "layers_bn_model",
     "tf_keras_bn_model",
     "wide_graph",
+    "bert_classifier",
+    "adafactor_transformer",
+    "group_norm_cnn",
+    "accumulating_cnn",
+    "loss_scaled_model",
+    "keras_application",
+    "fused_bn_block",
+    "group_norm",
+    "bert_layer_norm",
+    "AdamWeightDecayOptimizer",
+    "LAMBOptimizer",
+    "AdafactorOptimizer",
     "random_feed",
     "variable_map",
     "variable_op_types",
@@ -971,6 +986,576 @@ def wide_graph(
         None,
         info={"num_variables": num_variables},
     )
+
+
+# --------------------------------------------------------------------------
+# 9. third-party training code, written the way its authors wrote it
+#
+# Hand-written optimizers that keep their state in tf.get_variable(trainable=False)
+# and update it with plain assign ops (google-research/bert's AdamWeightDecayOptimizer,
+# LAMB, tensor2tensor's Adafactor), NVIDIA-style gradient accumulation, layer and group
+# norm (no statistics), mixed-precision loss scaling. The expected sets are read back
+# from what the code created (the variables a step made, ``opt.get_slot``), not typed.
+
+
+def _created_during(graph: tf.Graph, before: set) -> list:
+    return [v for v in _all_variables(graph) if v.op.name not in before]
+
+
+def _variable_names(graph: tf.Graph) -> set:
+    return {v.op.name for v in _all_variables(graph)}
+
+
+def _bert_dense(x, units, name, activation=None):
+    with v1.variable_scope(name):
+        kernel = v1.get_variable("kernel", [int(x.shape[-1]), units], initializer=v1.truncated_normal_initializer(0.02))
+        bias = v1.get_variable("bias", [units], initializer=v1.zeros_initializer())
+    out = tf.matmul(x, kernel) + bias
+    return activation(out) if activation is not None else out
+
+
+def bert_layer_norm(input_tensor, name=None):
+    """``tf.contrib.layers.layer_norm(begin_norm_axis=-1, begin_params_axis=-1)``, as BERT calls it."""
+    with v1.variable_scope(name, default_name="LayerNorm"):
+        depth = int(input_tensor.shape[-1])
+        beta = v1.get_variable("beta", [depth], initializer=v1.zeros_initializer())
+        gamma = v1.get_variable("gamma", [depth], initializer=v1.ones_initializer())
+        mean, variance = tf.nn.moments(input_tensor, [-1], keepdims=True)
+        return tf.nn.batch_normalization(input_tensor, mean, variance, beta, gamma, variance_epsilon=1e-12)
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + tf.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * tf.pow(x, 3))))
+
+
+def _bert_model(input_ids, *, vocab_size, hidden, num_layers, heads, max_position):
+    """BERT's modeling.py in small: embeddings, post-LN transformer layers, pooler."""
+    seq_length = int(input_ids.shape[1])
+    with v1.variable_scope("bert"):
+        with v1.variable_scope("embeddings"):
+            table = v1.get_variable("word_embeddings", [vocab_size, hidden], initializer=v1.truncated_normal_initializer(0.02))
+            output = tf.gather(table, input_ids)
+            token_type_table = v1.get_variable("token_type_embeddings", [2, hidden],
+                                               initializer=v1.truncated_normal_initializer(0.02))
+            output += tf.gather(token_type_table, tf.zeros_like(input_ids))
+            full_position = v1.get_variable("position_embeddings", [max_position, hidden],
+                                            initializer=v1.truncated_normal_initializer(0.02))
+            output += tf.expand_dims(tf.slice(full_position, [0, 0], [seq_length, -1]), 0)
+            output = bert_layer_norm(output, name="LayerNorm")
+        with v1.variable_scope("encoder"):
+            prev = tf.reshape(output, [-1, hidden])
+            size = hidden // heads
+            for index in range(num_layers):
+                with v1.variable_scope(f"layer_{index}"):
+                    with v1.variable_scope("attention"):
+                        with v1.variable_scope("self"):
+                            def split(t):
+                                return tf.transpose(tf.reshape(t, [-1, seq_length, heads, size]), [0, 2, 1, 3])
+
+                            query = split(_bert_dense(prev, hidden, "query"))
+                            key = split(_bert_dense(prev, hidden, "key"))
+                            value = split(_bert_dense(prev, hidden, "value"))
+                            scores = tf.matmul(query, key, transpose_b=True) * (1.0 / np.sqrt(size))
+                            context = tf.matmul(tf.nn.softmax(scores), value)
+                            context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, hidden])
+                        with v1.variable_scope("output"):
+                            attention = bert_layer_norm(_bert_dense(context, hidden, "dense") + prev)
+                    with v1.variable_scope("intermediate"):
+                        intermediate = _bert_dense(attention, 2 * hidden, "dense", activation=_gelu)
+                    with v1.variable_scope("output"):
+                        prev = bert_layer_norm(_bert_dense(intermediate, hidden, "dense") + attention)
+            sequence_output = tf.reshape(prev, [-1, seq_length, hidden])
+        with v1.variable_scope("pooler"):
+            first_token = tf.squeeze(sequence_output[:, 0:1, :], axis=1)
+            pooled = _bert_dense(first_token, hidden, "dense", activation=tf.tanh)
+    return sequence_output, pooled, table
+
+
+class AdamWeightDecayOptimizer(v1.train.Optimizer):
+    """google-research/bert optimization.py: Adam with decoupled weight decay, its moments in
+    tf.get_variable(trainable=False), updated with plain assigns."""
+
+    def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 exclude_from_weight_decay=None, name="AdamWeightDecayOptimizer"):
+        super().__init__(False, name)
+        self.learning_rate = learning_rate
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self.exclude_from_weight_decay = exclude_from_weight_decay
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        assignments = []
+        for grad, param in grads_and_vars:
+            if grad is None or param is None:
+                continue
+            param_name = param.op.name
+            m = v1.get_variable(name=param_name + "/adam_m", shape=param.shape.as_list(), dtype=tf.float32,
+                                trainable=False, initializer=v1.zeros_initializer())
+            v = v1.get_variable(name=param_name + "/adam_v", shape=param.shape.as_list(), dtype=tf.float32,
+                                trainable=False, initializer=v1.zeros_initializer())
+            next_m = tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad)
+            next_v = tf.multiply(self.beta_2, v) + tf.multiply(1.0 - self.beta_2, tf.square(grad))
+            update = next_m / (tf.sqrt(next_v) + self.epsilon)
+            if self._do_use_weight_decay(param_name):
+                update += self.weight_decay_rate * param
+            next_param = param - self.learning_rate * update
+            assignments.extend([param.assign(next_param), m.assign(next_m), v.assign(next_v)])
+        return tf.group(*assignments, name=name)
+
+    def _do_use_weight_decay(self, param_name):
+        if not self.weight_decay_rate:
+            return False
+        return not any(r in param_name for r in self.exclude_from_weight_decay or ())
+
+
+class LAMBOptimizer(v1.train.Optimizer):
+    """LAMB (You et al.) as the TF1 BERT forks wrote it: Adam moments with bias correction
+    from the global step, then a layer-wise trust ratio ||w|| / ||update||."""
+
+    def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 exclude_from_weight_decay=("LayerNorm", "layer_norm", "bias"), name="LAMBOptimizer"):
+        super().__init__(False, name)
+        self.learning_rate, self.weight_decay_rate = learning_rate, weight_decay_rate
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self.exclude_from_weight_decay = exclude_from_weight_decay
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        steps = tf.cast(v1.train.get_or_create_global_step(), tf.float32) + 1.0
+        assignments = []
+        for grad, param in grads_and_vars:
+            param_name = param.op.name
+            m = v1.get_variable(name=param_name + "/lamb_m", shape=param.shape.as_list(), dtype=tf.float32,
+                                trainable=False, initializer=v1.zeros_initializer())
+            v = v1.get_variable(name=param_name + "/lamb_v", shape=param.shape.as_list(), dtype=tf.float32,
+                                trainable=False, initializer=v1.zeros_initializer())
+            next_m = tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad)
+            next_v = tf.multiply(self.beta_2, v) + tf.multiply(1.0 - self.beta_2, tf.square(grad))
+            m_hat = next_m / (1.0 - tf.pow(self.beta_1, steps))
+            v_hat = next_v / (1.0 - tf.pow(self.beta_2, steps))
+            update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+            if not any(r in param_name for r in self.exclude_from_weight_decay):
+                update += self.weight_decay_rate * param
+            w_norm = tf.norm(param, ord=2)
+            g_norm = tf.norm(update, ord=2)
+            ratio = tf.where(w_norm > 0, tf.where(g_norm > 0, w_norm / g_norm, 1.0), 1.0)
+            next_param = param - ratio * self.learning_rate * update
+            assignments.extend([param.assign(next_param), m.assign(next_m), v.assign(next_v)])
+        return tf.group(*assignments, name=name)
+
+
+class AdafactorOptimizer(v1.train.Optimizer):
+    """tensor2tensor's Adafactor (Shazeer & Stern 2018) in small: no first moment; a matrix
+    keeps a row accumulator ``vr`` [rows] and a column accumulator ``vc`` [columns] instead of
+    its second moment, a vector keeps ``v``; relative step size, update clipping."""
+
+    def __init__(self, decay_rate=0.8, epsilon1=1e-30, epsilon2=1e-3, clipping_threshold=1.0, name="Adafactor"):
+        super().__init__(False, name)
+        self._decay_exponent, self._epsilon1, self._epsilon2 = decay_rate, epsilon1, epsilon2
+        self._clipping_threshold = clipping_threshold
+
+    def _factored(self, shape):
+        return len(shape) >= 2
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            shape = var.get_shape().as_list()
+            if self._factored(shape):
+                self._get_or_make_slot(var, tf.zeros(shape[:-1]), "vr", self._name)
+                self._get_or_make_slot(var, tf.zeros(shape[:-2] + shape[-1:]), "vc", self._name)
+            else:
+                self._get_or_make_slot(var, tf.zeros(shape), "v", self._name)
+
+    def _apply_dense(self, grad, var):
+        step = tf.cast(v1.train.get_or_create_global_step(), tf.float32) + 1.0
+        decay_rate = 1.0 - tf.pow(step, -self._decay_exponent)
+        learning_rate = tf.minimum(0.01, tf.math.rsqrt(step))
+        update_scale = learning_rate * tf.maximum(tf.sqrt(tf.reduce_mean(tf.square(var))), self._epsilon2)
+        grad_squared = tf.square(grad) + self._epsilon1
+        updates = []
+        if self._factored(var.get_shape().as_list()):
+            vr, vc = self.get_slot(var, "vr"), self.get_slot(var, "vc")
+            new_vr = decay_rate * vr + (1.0 - decay_rate) * tf.reduce_mean(grad_squared, -1)
+            new_vc = decay_rate * vc + (1.0 - decay_rate) * tf.reduce_mean(grad_squared, -2)
+            updates += [v1.assign(vr, new_vr), v1.assign(vc, new_vc)]
+            long_term_mean = tf.reduce_mean(new_vr, -1, keepdims=True)
+            r_factor = tf.math.rsqrt(new_vr / long_term_mean)
+            c_factor = tf.math.rsqrt(new_vc)
+            x = grad * tf.expand_dims(r_factor, -1) * tf.expand_dims(c_factor, -2)
+        else:
+            v = self.get_slot(var, "v")
+            new_v = decay_rate * v + (1.0 - decay_rate) * grad_squared
+            updates.append(v1.assign(v, new_v))
+            x = grad * tf.math.rsqrt(new_v)
+        clipping_denom = tf.maximum(1.0, tf.sqrt(tf.reduce_mean(tf.square(x))) / self._clipping_threshold)
+        new_var = var - update_scale * (x / clipping_denom)
+        updates.append(v1.assign(var, new_var))
+        return tf.group(*updates)
+
+    def _resource_apply_dense(self, grad, handle):
+        return self._apply_dense(grad, handle)
+
+
+def _bert_create_optimizer(loss, *, optimizer, init_lr=1e-4, num_train_steps=100, num_warmup_steps=10):
+    """BERT's optimization.create_optimizer: polynomial decay, linear warmup, global-norm clipping,
+    and the global step incremented by hand."""
+    global_step = v1.train.get_or_create_global_step()
+    learning_rate = tf.constant(value=init_lr, shape=[], dtype=tf.float32)
+    learning_rate = v1.train.polynomial_decay(learning_rate, global_step, num_train_steps, end_learning_rate=0.0,
+                                              power=1.0, cycle=False)
+    global_steps_int = tf.cast(global_step, tf.int32)
+    warmup_percent_done = tf.cast(global_steps_int, tf.float32) / float(num_warmup_steps)
+    warmup_learning_rate = init_lr * warmup_percent_done
+    is_warmup = tf.cast(global_steps_int < num_warmup_steps, tf.float32)
+    learning_rate = (1.0 - is_warmup) * learning_rate + is_warmup * warmup_learning_rate
+    if optimizer == "adamw":
+        opt = AdamWeightDecayOptimizer(learning_rate=learning_rate, weight_decay_rate=0.01,
+                                       exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+    else:
+        opt = LAMBOptimizer(learning_rate=learning_rate)
+    tvars = v1.trainable_variables()
+    grads = tf.gradients(loss, tvars)
+    grads, _ = tf.clip_by_global_norm(grads, clip_norm=1.0)
+    train_op = opt.apply_gradients(zip(grads, tvars), global_step=global_step)
+    new_global_step = global_step + 1
+    train_op = tf.group(train_op, [global_step.assign(new_global_step)])
+    return train_op, global_step, opt
+
+
+def bert_classifier(
+    *,
+    optimizer: str = "adamw",
+    resource: bool = True,
+    pretraining: bool = False,
+    vocab_size: int = 40,
+    hidden: int = 16,
+    num_layers: int = 1,
+    heads: int = 2,
+    seq_length: int = 6,
+    num_labels: int = 3,
+    seed: int = 0,
+) -> BuiltGraph:
+    """google-research/bert fine-tuning (run_classifier.create_model: ``output_weights`` and
+    ``output_bias`` at the root) or, with ``pretraining=True``, its pretraining heads
+    (``cls/predictions/...``, ``cls/seq_relationship/...``), trained by
+    ``create_optimizer`` with ``optimizer`` 'adamw' (AdamWeightDecayOptimizer) or 'lamb'.
+    Layer norm everywhere, so ``tf.nn.moments`` lies upstream of every gradient."""
+    if optimizer not in ("adamw", "lamb"):
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    with _new_graph(seed, resource) as graph:
+        input_ids = v1.placeholder(tf.int32, [None, seq_length], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        sequence_output, pooled, table = _bert_model(
+            input_ids, vocab_size=vocab_size, hidden=hidden, num_layers=num_layers, heads=heads, max_position=16
+        )
+        if pretraining:
+            with v1.variable_scope("cls/predictions"):
+                with v1.variable_scope("transform"):
+                    transformed = bert_layer_norm(_bert_dense(sequence_output[:, 1, :], hidden, "dense",
+                                                              activation=_gelu))
+                output_bias = v1.get_variable("output_bias", [vocab_size], initializer=v1.zeros_initializer())
+                lm_logits = tf.matmul(transformed, table, transpose_b=True) + output_bias
+                lm_loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=tf.cast(input_ids[:, 1], tf.int64), logits=lm_logits))
+            with v1.variable_scope("cls/seq_relationship"):
+                output_weights = v1.get_variable("output_weights", [2, hidden],
+                                                 initializer=v1.truncated_normal_initializer(0.02))
+                output_bias = v1.get_variable("output_bias", [2], initializer=v1.zeros_initializer())
+            num_classes = 2
+        else:
+            output_weights = v1.get_variable("output_weights", [num_labels, hidden],
+                                             initializer=v1.truncated_normal_initializer(stddev=0.02))
+            output_bias = v1.get_variable("output_bias", [num_labels], initializer=v1.zeros_initializer())
+            num_classes = num_labels
+        with v1.variable_scope("loss"):
+            logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True), output_bias)
+            log_probs = tf.nn.log_softmax(logits, axis=-1)
+            one_hot_labels = tf.one_hot(labels, depth=num_classes, dtype=tf.float32)
+            loss = tf.reduce_mean(-tf.reduce_sum(one_hot_labels * log_probs, axis=-1))
+            if pretraining:
+                loss += lm_loss
+        logits = tf.identity(logits, name="logits")
+        before = _variable_names(graph)
+        train_op, global_step, opt = _bert_create_optimizer(loss, optimizer=optimizer)
+        slots = [v for v in _created_during(graph, before) if v is not global_step]
+        tensors = {"x": input_ids, "labels": labels, "logits": logits, "output": tf.nn.softmax(logits, name="output"),
+                   "loss": loss, "train_op": train_op, "global_step": global_step}
+        expected = _expected(graph, global_step=global_step, slots=slots)
+    return BuiltGraph(graph, tensors, expected, opt,
+                      info={"num_classes": num_classes, "vocab_size": vocab_size, "resource": resource})
+
+
+def adafactor_transformer(*, resource: bool = True, hidden: int = 8, seq_length: int = 4, num_classes: int = 3,
+                          seed: int = 0) -> BuiltGraph:
+    """A pre-LN transformer feed-forward block (tensor2tensor style: ``layer_prepostprocess``
+    layer norm, ``dense_relu_dense``) trained by :class:`AdafactorOptimizer` with
+    ``minimize(loss, global_step)``."""
+    with _new_graph(seed, resource) as graph:
+        x = v1.placeholder(tf.float32, [None, seq_length, hidden], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        with v1.variable_scope("body/layer_0/ffn"):
+            normed = bert_layer_norm(x, name="layer_norm")
+            with v1.variable_scope("dense_relu_dense"):
+                inner = tf.nn.relu(tf.tensordot(normed, v1.get_variable("conv1/kernel", [hidden, 2 * hidden]), 1))
+                y = x + tf.tensordot(inner, v1.get_variable("conv2/kernel", [2 * hidden, hidden]), 1)
+        with v1.variable_scope("body/decoder"):
+            y = bert_layer_norm(y, name="layer_norm")
+        logits, _ = _dense(tf.reduce_mean(y, axis=1), num_classes, "head")
+        logits = tf.identity(logits, name="logits")
+        loss = _sparse_xent(labels, logits)
+        global_step = v1.train.get_or_create_global_step()
+        opt = AdafactorOptimizer()
+        train_op = opt.minimize(loss, global_step=global_step)
+        tensors = {"x": x, "labels": labels, "logits": logits, "output": tf.nn.softmax(logits, name="output"),
+                   "loss": loss, "train_op": train_op, "global_step": global_step}
+        expected = _expected(graph, opt=opt, global_step=global_step)
+    return BuiltGraph(graph, tensors, expected, opt, info={"num_classes": num_classes, "resource": resource})
+
+
+def group_norm(x, groups=2, eps=1e-5, scope="GroupNorm"):
+    """Group normalization as in Wu & He (2018), Figure 3 (NHWC)."""
+    with v1.variable_scope(scope):
+        _, height, width, channels = x.shape.as_list()
+        grouped = tf.reshape(x, [-1, height, width, groups, channels // groups])
+        mean, var = tf.nn.moments(grouped, [1, 2, 4], keepdims=True)
+        grouped = (grouped - mean) / tf.sqrt(var + eps)
+        gamma = v1.get_variable("gamma", [1, 1, 1, channels], initializer=v1.ones_initializer())
+        beta = v1.get_variable("beta", [1, 1, 1, channels], initializer=v1.zeros_initializer())
+        return tf.reshape(grouped, [-1, height, width, channels]) * gamma + beta
+
+
+def group_norm_cnn(*, optimizer: str = "lamb", resource: bool = True, input_hw: int = 8, channels=(4, 8),
+                   num_classes: int = 5, seed: int = 0) -> BuiltGraph:
+    """conv -> group norm -> relu blocks and a dense head; ``optimizer`` 'lamb' (hand-written,
+    :class:`LAMBOptimizer` with the global step incremented by hand) or 'adam'
+    (``tf.compat.v1.train.AdamOptimizer``)."""
+    with _new_graph(seed, resource) as graph:
+        x = v1.placeholder(tf.float32, [None, input_hw, input_hw, 3], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        h = x
+        for index, out in enumerate(channels, start=1):
+            with v1.variable_scope(f"conv{index}"):
+                w = v1.get_variable("weights", [3, 3, int(h.shape[-1]), out])
+                h = tf.nn.relu(group_norm(tf.nn.conv2d(h, w, 1, "SAME")))
+        logits, _ = _dense(tf.reduce_mean(h, [1, 2]), num_classes, "logits_layer")
+        logits = tf.identity(logits, name="logits")
+        loss = _sparse_xent(labels, logits)
+        global_step = v1.train.get_or_create_global_step()
+        before = _variable_names(graph)
+        if optimizer == "lamb":
+            opt = LAMBOptimizer(learning_rate=1e-3)
+            step = opt.apply_gradients(zip(tf.gradients(loss, v1.trainable_variables()), v1.trainable_variables()))
+            train_op = tf.group(step, global_step.assign_add(1))
+            expected = _expected(graph, global_step=global_step, slots=_created_during(graph, before))
+        else:
+            opt = v1.train.AdamOptimizer(1e-3)
+            train_op = opt.minimize(loss, global_step=global_step)
+            expected = _expected(graph, opt=opt, global_step=global_step)
+        tensors = {"x": x, "labels": labels, "logits": logits, "output": tf.nn.softmax(logits, name="output"),
+                   "loss": loss, "train_op": train_op, "global_step": global_step}
+    return BuiltGraph(graph, tensors, expected, opt, info={"num_classes": num_classes, "resource": resource})
+
+
+def fused_bn_block(x, channels, scope, *, decay=0.9):
+    """conv -> fused batch norm with moving statistics updated through UPDATE_OPS; returns
+    (training output, inference output, [moving_mean, moving_variance])."""
+    from tensorflow.python.training import moving_averages  # no public v1 alias
+
+    with v1.variable_scope(scope):
+        w = v1.get_variable("w", [3, 3, int(x.shape[-1]), channels])
+        conv = tf.nn.conv2d(x, w, 1, "SAME")
+        with v1.variable_scope("bn"):
+            scale = v1.get_variable("gamma", [channels], initializer=v1.ones_initializer())
+            offset = v1.get_variable("beta", [channels], initializer=v1.zeros_initializer())
+            mean = v1.get_variable("moving_mean", [channels], initializer=v1.zeros_initializer(), trainable=False)
+            variance = v1.get_variable("moving_variance", [channels], initializer=v1.ones_initializer(),
+                                       trainable=False)
+            y, batch_mean, batch_var = v1.nn.fused_batch_norm(conv, scale, offset, epsilon=1e-3, is_training=True)
+            for stat, value in ((mean, batch_mean), (variance, batch_var)):
+                v1.add_to_collection(v1.GraphKeys.UPDATE_OPS,
+                                     moving_averages.assign_moving_average(stat, value, decay, zero_debias=False))
+            y_inf, _, _ = v1.nn.fused_batch_norm(conv, scale, offset, mean=mean, variance=variance, epsilon=1e-3,
+                                                 is_training=False, name="inference")
+    return tf.nn.relu(y), tf.nn.relu(y_inf), [mean, variance]
+
+
+def accumulating_cnn(*, accumulation_steps: int = 4, resource: bool = True, input_hw: int = 8, channels: int = 4,
+                     num_classes: int = 5, seed: int = 0) -> BuiltGraph:
+    """Gradient accumulation as NVIDIA's BERT (DeepLearningExamples optimization.py) does it:
+    per-variable ``/accum`` variables that sum gradients across micro-batches, a ``local_step``
+    that counts them, a ``batch_finite`` flag, and every ``accumulation_steps`` steps a
+    ``tf.cond`` that applies the accumulated gradients with Momentum and bumps the global
+    step. The model is a conv + fused batch norm block whose statistics' updates are wired."""
+    with _new_graph(seed, resource) as graph:
+        x = v1.placeholder(tf.float32, [None, input_hw, input_hw, 3], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        h, h_inf, bn_stats = fused_bn_block(x, channels, "block1")
+
+        def head(features):
+            with v1.variable_scope("head", reuse=v1.AUTO_REUSE):
+                return _dense(tf.reduce_mean(features, [1, 2]), num_classes, "dense")[0]
+
+        logits = tf.identity(head(h), name="logits")
+        output = tf.nn.softmax(head(h_inf), name="output")
+        loss = _sparse_xent(labels, logits)
+        global_step = v1.train.get_or_create_global_step()
+        before = _variable_names(graph)
+        optimizer = v1.train.MomentumOptimizer(0.01, momentum=0.9)
+        tvars = v1.trainable_variables()
+        grads_and_vars = optimizer.compute_gradients(loss, tvars)
+        local_step = v1.get_variable(name="local_step", shape=[], dtype=tf.int32, trainable=False,
+                                     initializer=v1.zeros_initializer)
+        batch_finite = v1.get_variable(name="batch_finite", shape=[], dtype=tf.bool, trainable=False,
+                                       initializer=v1.ones_initializer)
+        accum_vars = [v1.get_variable(name=tvar.name.split(":")[0] + "/accum", shape=tvar.shape.as_list(),
+                                      dtype=tf.float32, trainable=False, initializer=v1.zeros_initializer())
+                      for tvar in tvars]
+        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+            reset_step = tf.cast(tf.math.equal(local_step % accumulation_steps, 0), dtype=tf.bool)
+        local_step = tf.cond(reset_step, lambda: local_step.assign(tf.ones_like(local_step)),
+                             lambda: local_step.assign_add(1))
+        grads = [g for g, _ in grads_and_vars]
+        all_are_finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        batch_finite = tf.cond(reset_step,
+                               lambda: batch_finite.assign(tf.math.logical_and(tf.constant(True), all_are_finite)),
+                               lambda: batch_finite.assign(tf.math.logical_and(batch_finite, all_are_finite)))
+        clipped_grads, _ = tf.clip_by_global_norm(grads, clip_norm=1.0)
+        accum_vars_t = tf.cond(reset_step,
+                               lambda: [accum_vars[i].assign(grad) for i, grad in enumerate(clipped_grads)],
+                               lambda: [accum_vars[i].assign_add(grad) for i, grad in enumerate(clipped_grads)])
+
+        def update(accumulated):
+            return optimizer.apply_gradients(list(zip(accumulated, tvars)))
+
+        update_step = tf.identity(tf.cast(tf.math.equal(local_step % accumulation_steps, 0), dtype=tf.bool),
+                                  name="update_step")
+        update_op = tf.cond(update_step, lambda: update(accum_vars_t), lambda: tf.no_op())
+        new_global_step = tf.cond(tf.math.logical_and(update_step, batch_finite), lambda: global_step + 1,
+                                  lambda: global_step)
+        new_global_step = tf.identity(new_global_step, name="step_update")
+        train_op = tf.group(update_op, [global_step.assign(new_global_step)])
+        created = _created_during(graph, before)
+        tensors = {"x": x, "labels": labels, "logits": logits, "output": output, "loss": loss, "train_op": train_op,
+                   "global_step": global_step}
+        momentum = [optimizer.get_slot(v, "momentum") for v in tvars]
+        non_slot = [v for v in created if v.op.name in ("local_step", "batch_finite")]
+        expected = _expected(graph, global_step=global_step, bn_stats=bn_stats, slots=created, non_slot=non_slot,
+                             accumulators=accum_vars, momentum=momentum)
+    return BuiltGraph(graph, tensors, expected, optimizer,
+                      info={"num_classes": num_classes, "resource": resource, "accumulation_steps": accumulation_steps})
+
+
+def loss_scaled_model(*, resource: bool = True, cond_v2: bool | None = None, input_hw: int = 8, channels: int = 4,
+                      num_classes: int = 5, seed: int = 0) -> BuiltGraph:
+    """A conv + fused batch norm block trained with ``tf.compat.v1.mixed_precision``'s
+    ``MixedPrecisionLossScaleOptimizer(AdamOptimizer, 'dynamic')``: the loss scale and its
+    good-step counter are updated in a ``tf.cond`` on ``all(is_finite(grads))``."""
+    with _new_graph(seed, resource, cond_v2) as graph:
+        x = v1.placeholder(tf.float32, [None, input_hw, input_hw, 3], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        h, h_inf, bn_stats = fused_bn_block(x, channels, "block1")
+        with v1.variable_scope("head", reuse=v1.AUTO_REUSE):
+            logits = tf.identity(_dense(tf.reduce_mean(h, [1, 2]), num_classes, "dense")[0], name="logits")
+        with v1.variable_scope("head", reuse=True):
+            output = tf.nn.softmax(_dense(tf.reduce_mean(h_inf, [1, 2]), num_classes, "dense")[0], name="output")
+        loss = _sparse_xent(labels, logits)
+        global_step = v1.train.get_or_create_global_step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inner = v1.train.AdamOptimizer(1e-3)
+            opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(inner, loss_scale="dynamic")
+        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+            train_op = opt.minimize(loss, global_step=global_step)
+        loss_scale = opt._loss_scale  # pylint: disable=protected-access
+        scale_state = [loss_scale._current_loss_scale, loss_scale._num_good_steps]  # pylint: disable=protected-access
+        slots, non_slot = _slot_variables(inner, v1.trainable_variables())
+        tensors = {"x": x, "labels": labels, "logits": logits, "output": output, "loss": loss, "train_op": train_op,
+                   "global_step": global_step}
+        expected = _expected(graph, global_step=global_step, bn_stats=bn_stats, loss_scale=scale_state,
+                             slots=slots + scale_state, non_slot=non_slot)
+        used_cond_v2 = v1.control_flow_v2_enabled()
+    return BuiltGraph(graph, tensors, expected, opt,
+                      info={"num_classes": num_classes, "resource": resource, "cond_v2": used_cond_v2})
+
+
+def keras_application(
+    *,
+    optimizer: str = "adam",
+    application: str = "mobilenet_v2",
+    loss_scale: bool = False,
+    input_hw: int = 32,
+    num_classes: int = 10,
+    seed: int = 0,
+) -> BuiltGraph:
+    """A tf_keras model in graph mode, compiled, with the training function ``fit`` runs built:
+    ``application`` 'mobilenet_v2' (``tf_keras.applications.MobileNetV2(weights=None,
+    alpha=0.35)``) or 'small' (conv, batch norm, dense); ``optimizer`` 'adam' / 'sgd'
+    (``tf_keras.optimizers.legacy`` Adam, SGD with momentum) or 'v1_adam' / 'v1_momentum'
+    (``tf.compat.v1.train``, which Keras wraps). ``loss_scale`` wraps the optimizer in
+    ``tf_keras.mixed_precision.LossScaleOptimizer``. ``tensors['train_op']`` is the training
+    function's grouped update op, which Keras runs in one ``session.run`` with the loss.
+    Needs TF_USE_LEGACY_KERAS=1 and ``tf.compat.v1.disable_eager_execution()``."""
+    _require_legacy_keras("keras_application")
+    if tf.executing_eagerly():
+        raise RuntimeError("keras_application() builds Keras's graph-mode training: call "
+                           "tf.compat.v1.disable_eager_execution() first (in its own process)")
+    import tf_keras
+
+    with _new_graph(seed, None) as graph, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tf_keras.utils.set_random_seed(seed)
+        if application == "mobilenet_v2":
+            model = tf_keras.applications.MobileNetV2(weights=None, input_shape=(input_hw, input_hw, 3), alpha=0.35,
+                                                      classes=num_classes)
+        else:
+            inputs = tf_keras.Input((input_hw, input_hw, 3))
+            h = tf_keras.layers.Conv2D(4, 3, name="conv")(inputs)
+            h = tf_keras.layers.ReLU()(tf_keras.layers.BatchNormalization(name="bn")(h))
+            h = tf_keras.layers.GlobalAveragePooling2D()(h)
+            model = tf_keras.Model(inputs, tf_keras.layers.Dense(num_classes, activation="softmax", name="dense")(h))
+        opt = {
+            "adam": lambda: tf_keras.optimizers.legacy.Adam(1e-3),
+            "sgd": lambda: tf_keras.optimizers.legacy.SGD(0.01, momentum=0.9),
+            "v1_adam": lambda: v1.train.AdamOptimizer(1e-3),
+            "v1_momentum": lambda: v1.train.MomentumOptimizer(0.01, 0.9),
+        }[optimizer]()
+        if loss_scale:
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(opt)
+        model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+        # What fit() and train_on_batch() build first in graph mode, without running a session.
+        model._make_train_function()  # pylint: disable=protected-access
+        train_function = model.train_function
+        weights = model.trainable_weights
+        keras_opt = model.optimizer
+        if optimizer.startswith("v1_"):
+            slots, non_slot = _slot_variables(keras_opt.optimizer, weights)
+            steps = []
+        else:
+            inner = keras_opt.inner_optimizer if loss_scale else keras_opt
+            slot_list = [inner.get_slot(w, n) for w in weights for n in inner.get_slot_names()]
+            hyper = inner._hyper.values()  # pylint: disable=protected-access
+            non_slot = [h for h in hyper if isinstance(h, tf.Variable)]  # learning_rate, beta_1, decay...
+            slots, steps = slot_list + non_slot, [inner.iterations]
+        scale_state = []
+        if loss_scale:
+            state = keras_opt._loss_scale  # pylint: disable=protected-access
+            scale_state = [state._current_loss_scale, state._counter]  # pylint: disable=protected-access
+        bn_layers = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
+        expected = _expected(
+            graph,
+            global_step=steps[0] if steps else None,
+            slots=slots + scale_state,
+            non_slot=non_slot,
+            loss_scale=scale_state,
+            bn_stats=[v for layer in bn_layers for v in (layer.moving_mean, layer.moving_variance)],
+        )
+        tensors = {
+            "x": model.inputs[0],
+            "output": model.outputs[0],
+            "loss": train_function.outputs[0],
+            "train_op": train_function.updates_op,
+        }
+    return BuiltGraph(graph, tensors, expected, opt,
+                      info={"num_classes": num_classes, "bn_layers": [layer.name for layer in bn_layers]})
 
 
 # --------------------------------------------------------------------------

@@ -36,7 +36,8 @@ import re
 import weakref
 
 from .. import tf_internals
-from .op_graph import ASSIGN_OPS, DT_RESOURCE, VARIABLE_OPS, is_apply_op
+from .op_graph import ASSIGN_OPS, DT_RESOURCE, VARIABLE_OPS, input_is_variable, is_apply_op
+from .walks import closure, reaches
 
 USE = "<use>"
 """Where a value goes when it feeds an optimizer update as its gradient, or decides
@@ -67,6 +68,9 @@ _INERT = frozenset(
 _SUMMARY = re.compile(r"Summary")
 _RESTORE = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 _GRADIENT_ARGS = frozenset({"grad", "indices"})
+_SWITCH = frozenset({"Switch", "RefSwitch"})
+_METADATA = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape"})
+_REF_WRITES = frozenset({"Assign", "AssignAdd", "AssignSub"})
 
 
 def is_write(op_type: str) -> bool:
@@ -77,6 +81,11 @@ def is_write(op_type: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def _ends_flow(op_type: str) -> bool:
     return is_write(op_type) or is_apply_op(op_type) or op_type in _INERT or bool(_SUMMARY.search(op_type))
+
+
+@functools.lru_cache(maxsize=None)
+def _inert(op_type: str) -> bool:
+    return op_type in _INERT or bool(_SUMMARY.search(op_type))
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,9 +122,7 @@ def no_garbage_collection():
 class Dataflow:
     """Ops, variables, their reads and writes, for one graph; see the module docstring."""
 
-    def __init__(self, catalog, ops=None):
-        if ops is None:
-            ops = catalog.op_graph  # the same OpGraph the catalog derived roles from
+    def __init__(self, ops, variable_of, initializers=()):
         self.ops = ops
         self.memo = {}  # results that depend on the graph alone, kept by their users
         self._consumers = ops.consumers()
@@ -136,16 +143,9 @@ class Dataflow:
                 for source, source_port in sources:
                     self._returned_to[source].append((call, port, source_port))
 
-        self.variable_of = {}                              # variable op key -> logical name
-        for record in catalog.records:
-            for part in record.parts or (record.name,):
-                self.variable_of[part] = record.name
-        self.variable_names = catalog.all_names
-        self.initializers = frozenset(
-            variable.initializer.name
-            for variable in catalog.variables(catalog.ordered_names)
-            if getattr(variable, "initializer", None) is not None
-        )
+        self.variable_of = dict(variable_of)               # variable op key -> logical name
+        self.variable_names = frozenset(self.variable_of.values())
+        self.initializers = frozenset(initializers)        # the variables' initializer ops
         self.reads = collections.defaultdict(list)    # name -> ops that take its value
         self.writes = collections.defaultdict(list)   # name -> ops that change it (initializers included)
         for key, name in self.variable_of.items():
@@ -171,7 +171,12 @@ class Dataflow:
                     stack.extend(_outputs_passing(consumer, op_type, index))
                 elif is_write(op_type) and index == 0:
                     self.writes[name].append(consumer)
-                elif is_apply_op(op_type) or op_type in _INERT or op_type in VARIABLE_OPS:
+                    if op_type in _REF_WRITES:  # tf.assign on a reference variable hands the variable on
+                        stack.append((consumer, 0))
+                elif is_apply_op(op_type):
+                    if not input_is_variable(op_type, index):  # a gradient accumulator applied as the gradient
+                        self.reads[name].append(consumer)
+                elif op_type in _INERT or op_type in VARIABLE_OPS:
                     continue
                 else:
                     self.reads[name].append(consumer)
@@ -222,32 +227,93 @@ class Dataflow:
             return False
         return not self._consumers.get(node) and node not in self._returned_to
 
+    def value_node(self, key, port=0):
+        """The values-graph node of output ``port`` of op ``key``: ``(call, port)`` for a call."""
+        return (key, port) if key in self._calls else key
+
+    def value_predecessors(self, node) -> list:
+        """The nodes whose value flows straight into ``node`` (the reverse of :meth:`value_successors`)."""
+        if node == USE:
+            return []
+        ops = self.ops
+        if isinstance(node, tuple):
+            return [self.value_node(s, p) for s, p in ops.returns.get(node[0], {}).get(node[1], ())]
+        if ops.type.get(node) in VARIABLE_OPS:
+            return []
+        return [self.value_node(s, p) for s, p in ops.inputs.get(node, ())]
+
+    def value_consumers(self, node) -> list:
+        """``(op, input index)`` of every op that takes ``node``'s value as an input."""
+        if node == USE:
+            return []
+        if isinstance(node, tuple):
+            return self._consumers_of(*node)
+        return list(self._consumers.get(node, ()))
+
+    def data_successors(self, node) -> list:
+        """:meth:`value_successors` without the predicate edge of a v1 ``Switch``: what is
+        computed *from* ``node``, not merely decided by it."""
+        if isinstance(node, tuple) or node == USE:
+            return self.value_successors(node)
+        if _ends_flow(self.ops.type[node]):
+            return []
+        following = [
+            t for c, i in self._consumers.get(node, ())
+            if not (i == 1 and self.ops.type[c] in _SWITCH) for t in self._value_targets(c, i)
+        ]
+        following.extend((c, p) for c, p, _ in self._returned_to.get(node, ()))
+        return following
+
+    def value_inputs(self, key) -> list:
+        """The values an update op ``key`` writes (every input that is not the variable itself)."""
+        op_type = self.ops.type[key]
+        return [
+            self.value_node(source, port) for index, (source, port) in enumerate(self.ops.inputs[key])
+            if not input_is_variable(op_type, index)
+        ]
+
+    def ends_flow(self, node) -> bool:
+        """Whether ``node`` takes values without handing one on: a write, an optimizer update, a saver."""
+        return not isinstance(node, tuple) and node != USE and _ends_flow(self.ops.type[node])
+
+    def computes(self, node) -> bool:
+        """Whether ``node`` computes something (not a hand-on, write, update, saver or shape query)."""
+        return not isinstance(node, tuple) and node != USE and _computes(self.ops.type[node])
+
+    def is_output(self, node) -> bool:
+        """A value nothing uses but inert ops (shape queries, summaries): a fetch such as the loss.
+        Unlike :meth:`_is_use`, an optimizer update's gradient or a branch predicate is no output."""
+        if node == USE or isinstance(node, tuple) or node in self._calls or _ends_flow(self.ops.type[node]):
+            return False
+        if node in self._returned_to:
+            return False
+        following = self.value_successors(node)
+        if any(isinstance(t, tuple) or t == USE or not _inert(self.ops.type[t]) for t in following):
+            return False
+        # consumed by nothing, or logged (a summary); a value only measured (Shape, Rank) is not fetched
+        return not following or any(self.ops.type[t] not in _METADATA for t in following)
+
+    def predicates_of(self, key) -> list:
+        """The predicates (value nodes) of the ``tf.cond`` v2 calls whose branch functions run
+        op ``key``, through nested calls."""
+        found, seen = [], set()
+        function = key.split("::", 1)[0] if "::" in key else None
+        pending = [function] if function else []
+        while pending:
+            function = pending.pop()
+            if function in seen:
+                continue
+            seen.add(function)
+            for call in self._callers.get(function, ()):
+                if self.ops.type[call] in _CALL_WITH_PREDICATE and self.ops.inputs[call]:
+                    found.append(self.value_node(*self.ops.inputs[call][0]))
+                if "::" in call:
+                    pending.append(call.split("::", 1)[0])
+        return found
+
     def reaches_use(self, start) -> bool:
         """Whether ``start``'s value flows (over ``values``) to a use; remembered per node."""
-        memo = self._reaches_use
-        if start in memo:
-            return memo[start]
-        path, branches, visited = [start], [iter(self.value_successors(start))], {start}
-        found = self._is_use(start)
-        while branches and not found:
-            for following in branches[-1]:
-                if memo.get(following) or (following not in visited and self._is_use(following)):
-                    found = True
-                    break
-                if following in visited or following in memo:
-                    continue
-                visited.add(following)
-                path.append(following)
-                branches.append(iter(self.value_successors(following)))
-                break
-            else:
-                path.pop()
-                branches.pop()
-        if found:
-            memo.update(dict.fromkeys(path, True))
-        else:  # nothing reached from start reaches a use
-            memo.update(dict.fromkeys(visited, False))
-        return found
+        return reaches(start, self.value_successors, self._is_use, self._reaches_use)
 
     def forward_reader(self, name, within=None, uses=()):
         """The first op that computes with ``name``'s value towards a use, or None.
@@ -317,18 +383,20 @@ class Dataflow:
 
     def needed_by(self, keys) -> set:
         """Every op that must run before ``keys`` (data, control, function bodies), and ``keys``."""
-        return _reachable(self.dependencies, keys)
+        return closure(keys, self.dependencies)
 
-    def training_ops(self, collected=()) -> list:
-        """The ops that run a training step: ``collected`` (the TRAIN_OP collection) if any,
-        else the last ops that run after the optimizer updates."""
-        if collected:
-            return [key for key in collected if key in self.ops.type]
-        applies = self.ops.keys_of_type(is_apply_op)
-        if not applies:
+    def training_ops(self, collected=(), updates=()) -> list:
+        """The ops a training step is run by: the last ops that run after ``collected`` (the
+        TRAIN_OP collection) or, without it, after ``updates`` (the optimizer updates and step
+        increments, :attr:`Roles.training_updates`), and that nothing runs after. That is the
+        train op itself, a ``tf.group`` of it and the statistics' updates, or the grouped
+        update op of a Keras graph-mode training function."""
+        seeds = [key for key in collected if key in self.ops.type] or [k for k in updates if k in self.ops.type]
+        seeds = seeds or self.ops.keys_of_type(is_apply_op)
+        if not seeds:
             return []
-        after = _reachable(self.dependents, applies)
-        last = sorted(key for key in after if not self.dependents(key))
+        after = closure(seeds, self.dependents)
+        last = sorted(key for key in after if not self.dependents(key) and "::" not in key)
         # Reads of the values just written (Adam's beta powers) are not what anyone runs.
         return [key for key in last if self.ops.type[key] not in _PASS] or last
 
@@ -448,17 +516,6 @@ def _parent(name):
     return name.rsplit("/", 1)[0] if "/" in name else name
 
 
-def _reachable(neighbours, starts) -> set:
-    seen = set(starts)
-    stack = list(seen)
-    while stack:
-        for following in neighbours(stack.pop()):
-            if following not in seen:
-                seen.add(following)
-                stack.append(following)
-    return seen
-
-
 def _outputs_passing(key, op_type, index):
     if op_type in ("Switch", "RefSwitch"):
         return [(key, 0), (key, 1)]
@@ -477,19 +534,23 @@ def _called_functions(node, functions):
     return tuple(name for name in called if name in functions)
 
 
-_cache = weakref.WeakKeyDictionary()
+_cache = weakref.WeakKeyDictionary()  # catalog -> its Dataflow
 
 
 def dataflow(catalog) -> Dataflow:
-    """The :class:`Dataflow` of a graph catalog, built once per graph version."""
-    graph = catalog.graph
-    if graph is None:
+    """The :class:`Dataflow` of a graph catalog, built once per catalog: the roles and the
+    audit of one catalog share it."""
+    if catalog.graph is None:
         raise TypeError(f"a {catalog.kind} catalog has no graph to trace; pass a tf.Graph or a .meta file")
-    stamp = (graph.version, id(catalog))
-    cached = _cache.get(graph)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    with no_garbage_collection():
-        flow = Dataflow(catalog)
-    _cache[graph] = (stamp, flow)
+    flow = _cache.get(catalog)
+    if flow is None:
+        with no_garbage_collection():
+            variable_of = {part: name for name in catalog.ordered_names for part in catalog.parts(name)}
+            initializers = [
+                variable.initializer.name
+                for variable in catalog.variables(catalog.ordered_names)
+                if getattr(variable, "initializer", None) is not None
+            ]
+            flow = Dataflow(catalog.op_graph, variable_of, initializers)
+        _cache[catalog] = flow
     return flow

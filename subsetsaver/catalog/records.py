@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import math
 
+from ..formats.tf_bundle import dtypes as bundle_dtypes
 from .op_graph import OpGraph
 from .roles import Roles, roles_from_names
 
@@ -115,6 +116,14 @@ class Catalog:
             self._op_graph = OpGraph(self.graph.as_graph_def())
         return self._op_graph
 
+    def entry(self, name) -> CatalogEntry:
+        """What the reader knew of ``name`` (shape, dtype, bytes, parts), before roles were joined in."""
+        return self._entries[name]
+
+    def parts(self, name) -> tuple:
+        """The variable op names behind ``name``, its partitions in order (``(name,)`` for most)."""
+        return self._entries[name].parts
+
     def variables(self, names) -> list:
         """The ``tf.Variable`` objects (partitions expanded) behind ``names``, in the given order."""
         if self.graph is None:
@@ -171,10 +180,12 @@ class Catalog:
 
 @functools.lru_cache(maxsize=4096)
 def value_bytes(shape, dtype) -> int:
-    """Bytes of a tensor's values: ``value_bytes((3, 4), tf.float32) == 48``; 0 for strings or unknown dims."""
-    import tensorflow as tf
-
-    dtype = tf.as_dtype(dtype)
-    if dtype == tf.string or any(d is None or d < 0 for d in shape):
+    """Bytes of a tensor's values: ``value_bytes((3, 4), 'float32') == 48`` (a ``tf.DType`` works too);
+    0 for strings, other variable-width dtypes or unknown dims. Needs no TensorFlow."""
+    itemsize = _ITEMSIZES.get(getattr(dtype, "name", dtype))
+    if not itemsize or any(d is None or d < 0 for d in shape):
         return 0
-    return math.prod(shape) * dtype.size
+    return math.prod(shape) * itemsize
+
+
+_ITEMSIZES = {data_type.name: data_type.itemsize for data_type in bundle_dtypes.DATA_TYPES}

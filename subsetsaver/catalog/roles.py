@@ -1,14 +1,28 @@
-"""What each variable is for: optimizer slot, batch-norm statistic, moving average, global step.
+"""What each variable is for: optimizer state, batch-norm statistic, moving average, step, loss scale.
 
-Roles come from the structure of the graph, not from names: a slot is what an
-optimizer's ``Apply*`` kernel takes besides the variable it updates; a batch-norm
-statistic is a variable that feeds ``FusedBatchNorm``'s mean/variance inputs or is
-assigned a moving average of batch moments. Only a checkpoint without a graph falls
-back to the well-known names, and says so.
+Roles come from what the graph's dataflow means, not from names or idioms (the dataflow
+rules are in :mod:`~subsetsaver.catalog.training_state`):
+
+* optimizer state (``slot``): what an ``Apply*`` kernel takes besides the variable it
+  updates, or a non-trainable variable that only the training update reads and that the
+  training step updates from gradients (plain ``assign`` ops: BERT's AdamW, LAMB,
+  Adafactor, gradient accumulators); ``slot_of`` names the trainable variable it serves;
+* the optimizer's own scalars (``optimizer``, also ``slot``): beta powers, hyperparameter
+  variables, counters that reset; with them, scalars nothing uses in their scope (Keras's
+  ``decay`` while it is 0);
+* ``global_step``: the GLOBAL_STEP collection and every integer scalar the training step
+  only increments (Keras's ``iter``);
+* ``loss_scale`` (also ``slot``): the dynamic loss scale and its good-step counter;
+* ``bn_stat``: what feeds ``FusedBatchNorm``'s mean and variance, or is assigned a moving
+  average of forward batch moments; a value that reaches moments only through the
+  backward pass (layer norm under a hand-written Adam) is no statistic;
+* ``average``: an ``ExponentialMovingAverage`` shadow.
+
+Only a checkpoint without a graph falls back to the well-known names, and says so.
 
 Example::
 
-    >>> roles = roles_from_graph(OpGraph(graph.as_graph_def()), logical, trainable, set())
+    >>> roles = roles_from_graph(catalog, trainable, global_steps=frozenset())
     >>> sorted(roles.by_role['bn_stat'])
     ['conv_1/bn/moving_mean', 'conv_1/bn/moving_variance']
 """
@@ -18,9 +32,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .op_graph import ASSIGN_OPS, OpGraph, input_is_variable, is_apply_op, is_fused_batch_norm
+from .dataflow import dataflow
+from .op_graph import ASSIGN_OPS, input_is_variable, is_apply_op, is_fused_batch_norm
+from .training_state import training_state
 
-ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step")
+ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step", "loss_scale")
 _MOVING_AVERAGE_ASSIGNS = frozenset({"AssignSub", "AssignSubVariableOp"})
 _METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 _MOMENT_SEARCH_DEPTH = 10
@@ -28,28 +44,44 @@ _MOMENT_SEARCH_DEPTH = 10
 _SLOT_NAME = re.compile(
     r"/(Adam|Momentum|Adagrad|AdagradDA|Adadelta|RMSProp|Ftrl|ProximalAdagrad|ProximalGradientDescent)(_\d+)?$"
 )
+# Names hand-written optimizers give their moments (google-research/bert's AdamWeightDecayOptimizer and
+# the LAMB and Adafactor implementations copied from it): VARIABLE/adam_m, VARIABLE/lamb_v, ...
+_HANDWRITTEN_SLOT_NAME = re.compile(r"/(adam_m|adam_v|lamb_m|lamb_v|adafactor_m|adafactor_v|adafactor_vr|adafactor_vc)$")
+# Legacy Keras optimizers in graph mode: [training/]OPTIMIZER/VARIABLE/SLOT, and OPTIMIZER/iter, OPTIMIZER/beta_1
+_KERAS_OPTIMIZERS = r"(Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Nadam|Ftrl)"
+_KERAS_SLOT_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/(?P<variable>.+)/(m|v|vhat|momentum|rms|mg|"
+                              r"accumulator|delta_accumulator|linear)$")
+_KERAS_OWN_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/(beta_1|beta_2|learning_rate|decay|rho|epsilon|"
+                             r"momentum|initial_accumulator_value)$")
+_KERAS_STEP_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/iter$")
 _OPTIMIZER_NAME = re.compile(r"(^|/)(beta1_power|beta2_power)(_\d+)?$")
 _EMA_NAME = re.compile(r"/ExponentialMovingAverage(_\d+)?$")
 _BN_NAME = re.compile(r"(^|/)(moving_mean|moving_variance)(/|$)")
+_LOSS_SCALE_NAME = re.compile(r"(^|/)(current_loss_scale|good_steps|loss_scale)(_\d+)?$")
 
 
 @dataclasses.dataclass
 class Roles:
-    """role -> names; slot -> the variable it belongs to; shadow -> the averaged variable."""
+    """role -> names; slot -> the variable it belongs to; shadow -> the averaged variable;
+    ``training_updates``: op keys of the updates a training step makes (weights, steps)."""
 
     by_role: dict
     slot_of: dict
     average_of: dict
     from_names: bool = False
+    training_updates: frozenset = frozenset()
 
 
-def roles_from_graph(ops: OpGraph, logical: dict, trainable: frozenset, global_steps: frozenset) -> Roles:
-    """Roles of the variables in ``logical`` (variable op name -> logical name)."""
+def roles_from_graph(catalog, trainable: frozenset, global_steps: frozenset) -> Roles:
+    """Roles of the variables of a graph ``catalog``; ``global_steps``: the GLOBAL_STEP collection
+    (or what is named like it); structural step counters are added."""
+    flow = dataflow(catalog)
+    ops, logical = flow.ops, flow.variable_of
 
     def behind(source, through_reads=True):
         return {logical[v] for v in ops.variables_behind(source, through_reads=through_reads) if v in logical}
 
-    slot_of, read_by_optimizer, primaries = {}, set(), set()
+    slot_of, read_by_optimizer, primaries, applies = {}, set(), set(), {}
     apply_keys = ops.keys_of_type(is_apply_op)
     for key in apply_keys:
         op_type, primary = ops.type[key], None
@@ -63,6 +95,7 @@ def roles_from_graph(ops: OpGraph, logical: dict, trainable: frozenset, global_s
                     slot_of.update((name, primary) for name in names)
             else:
                 read_by_optimizer |= behind(source)
+        applies[key] = primary
 
     assigns = ops.keys_of_type(lambda t: t in ASSIGN_OPS)
     updated_after_apply = set()
@@ -70,9 +103,15 @@ def roles_from_graph(ops: OpGraph, logical: dict, trainable: frozenset, global_s
     for key in assigns:
         if _controlled_by(ops, key, apply_set):
             updated_after_apply |= behind(ops.inputs[key][0], through_reads=False)
-    optimizer_own = (
-        (read_by_optimizer & updated_after_apply) - trainable - global_steps - primaries - set(slot_of)
-    )
+
+    state = training_state(flow, trainable, applies, catalog.entry)
+    steps = frozenset(global_steps) | state.steps
+    for name, primary in state.slot_of.items():
+        slot_of.setdefault(name, primary)
+    taken = trainable | steps | primaries | set(slot_of)
+    loss_scale = state.loss_scale - taken
+    optimizer_own = ((read_by_optimizer & updated_after_apply) | state.optimizer) - taken - loss_scale
+    optimizer_own |= _unused_siblings(catalog, flow, optimizer_own, taken | loss_scale)
 
     moment_ops = _batch_moment_ops(ops)
     bn_stats, averages, average_of = set(), set(), {}
@@ -93,41 +132,51 @@ def roles_from_graph(ops: OpGraph, logical: dict, trainable: frozenset, global_s
                 average_of.update((t, min(averaged_variables)) for t in targets)
             elif _named_like_ema_update(key, targets):
                 averages |= targets
+        if flow.value_node(*value) in state.gradient_derived:
+            continue  # moments reached through the backward pass are no statistic
         reached = ops.upstream_keys(value[0], _MOMENT_SEARCH_DEPTH, stop=lambda k: ops.type.get(k) in _METADATA_OPS)
         if reached & moment_ops:
             bn_stats |= targets
-    bn_stats -= trainable | set(slot_of) | primaries
-    averages -= trainable | set(slot_of)
+    optimizer_state = set(slot_of) | optimizer_own | loss_scale
+    bn_stats -= trainable | optimizer_state | primaries | steps
+    averages -= trainable | optimizer_state
 
     return Roles(
         by_role={
-            "slot": frozenset(slot_of) | optimizer_own,
+            "slot": frozenset(optimizer_state),
             "optimizer": frozenset(optimizer_own),
             "bn_stat": frozenset(bn_stats),
             "average": frozenset(averages),
-            "global_step": frozenset(global_steps),
+            "global_step": steps,
+            "loss_scale": frozenset(loss_scale),
         },
         slot_of={k: v for k, v in slot_of.items() if v is not None},
         average_of=average_of,
+        training_updates=state.training_updates,
     )
 
 
 def roles_from_names(names) -> Roles:
     """Fallback for a checkpoint without a graph: the names TensorFlow gives these variables."""
-    slots = {n for n in names if _SLOT_NAME.search(n)}
-    optimizer_own = {n for n in names if _OPTIMIZER_NAME.search(n)}
+    slot_of = {n: _SLOT_NAME.sub("", n) for n in names if _SLOT_NAME.search(n)}
+    slot_of.update((n, _HANDWRITTEN_SLOT_NAME.sub("", n)) for n in names if _HANDWRITTEN_SLOT_NAME.search(n))
+    slot_of.update((n, match["variable"]) for n in names for match in [_KERAS_SLOT_NAME.match(n)] if match)
+    slots = set(slot_of)
+    optimizer_own = {n for n in names if _OPTIMIZER_NAME.search(n) or _KERAS_OWN_NAME.match(n)}
     averages = {n for n in names if _EMA_NAME.search(n)}
     bn_stats = {n for n in names if _BN_NAME.search(n) or (n in averages and "/moments/" in n)}
-    steps = {n for n in names if n == "global_step" or n.endswith("/global_step")}
+    steps = {n for n in names if n == "global_step" or n.endswith("/global_step") or _KERAS_STEP_NAME.match(n)}
+    loss_scale = {n for n in names if _LOSS_SCALE_NAME.search(n)}
     return Roles(
         by_role={
-            "slot": frozenset(slots | optimizer_own),
+            "slot": frozenset(slots | optimizer_own | loss_scale),
             "optimizer": frozenset(optimizer_own),
             "bn_stat": frozenset(bn_stats),
             "average": frozenset(averages),
             "global_step": frozenset(steps),
+            "loss_scale": frozenset(loss_scale),
         },
-        slot_of={n: _SLOT_NAME.sub("", n) for n in slots},
+        slot_of=slot_of,
         average_of={n: _EMA_NAME.sub("", n) for n in averages if "/moments/" not in n},
         from_names=True,
     )
@@ -197,3 +246,20 @@ def _named_like_ema_update(key, targets):
         if any(re.sub(r"_\d+$", "", s) == last for s in scopes[:-1]):
             return True
     return False
+
+
+def _unused_siblings(catalog, flow, optimizer_own, taken):
+    """Scalars that nothing reads or updates, made in the scope of the optimizer's own variables:
+    Keras's ``decay`` hyperparameter while it is 0 is a variable nothing uses, next to
+    ``learning_rate`` and ``beta_1``."""
+    scopes = {name.rsplit("/", 1)[0] for name in optimizer_own if "/" in name}
+    found = set()
+    for name in catalog.ordered_names:
+        if name in taken or name in optimizer_own or name.rsplit("/", 1)[0] not in scopes or "/" not in name:
+            continue
+        if tuple(catalog.entry(name).shape) != () or flow.updates(name):
+            continue
+        if any(flow.computes(read) or flow.value_successors(read) for read in flow.reads.get(name, ())):
+            continue
+        found.add(name)
+    return found

@@ -43,17 +43,17 @@ def load(source=None) -> Catalog:
     catalog (returned as is)."""
     if isinstance(source, Catalog):
         return source
+    if isinstance(source, (str, os.PathLike)):  # checkpoints need no TensorFlow
+        path = os.fspath(source)
+        if path.endswith(".meta"):
+            return _meta_catalog(path)
+        return checkpoint_catalog(path)
     import tensorflow as tf
 
     if source is None:
         source = tf.compat.v1.get_default_graph()
     if isinstance(source, tf.Graph):
         return _graph_catalog(source)
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path.endswith(".meta"):
-            return _meta_catalog(path)
-        return checkpoint_catalog(path)
     if keras_source.is_keras_model(source):
         return keras_source.load(source)
     if isinstance(source, tuple) and len(source) == 2 and keras_source.is_keras_model(source[0]):
@@ -77,7 +77,7 @@ def _graph_catalog(graph) -> Catalog:
 def _read_graph(graph, *, kind) -> Catalog:
     global_variables = graph.get_collection(GLOBAL_VARIABLES)
     local_variables = graph.get_collection(LOCAL_VARIABLES)
-    parts_by_name, first_seen, op_to_name, name_of_object = {}, {}, {}, {}
+    parts_by_name, first_seen, name_of_object = {}, {}, {}
     for position, variable in enumerate(global_variables + local_variables):
         op = variable.op
         slice_info = tf_internals.slice_info(variable)
@@ -86,7 +86,6 @@ def _read_graph(graph, *, kind) -> Catalog:
         # Global variables are listed in creation order; op ids interleave local ones.
         first_seen.setdefault(name, tf_internals.creation_id(op) if local_variables else position)
         name_of_object[id(variable)] = name
-        op_to_name[op.name] = name
 
     entries = []
     for name, parts in parts_by_name.items():
@@ -107,7 +106,7 @@ def _read_graph(graph, *, kind) -> Catalog:
                 shape=shape,
                 dtype=dtype.name,
                 nbytes=nbytes,
-                parts=tuple(p.op.name for p in parts) if len(parts) > 1 else (name,),
+                parts=tuple(p.op.name for p in parts),  # a lone part's op name differs from its name
                 index=first_seen[name],
             )
         )
@@ -124,7 +123,7 @@ def _read_graph(graph, *, kind) -> Catalog:
     )
 
     def roles(catalog):
-        return roles_from_graph(catalog.op_graph, op_to_name, trainable, steps)
+        return roles_from_graph(catalog, trainable, steps)
 
     return Catalog(
         entries,

@@ -2,7 +2,8 @@
 
 ``remap`` takes ``init_from_checkpoint``'s assignment-map rules (``{checkpoint: graph}``,
 scopes end in ``/``). :func:`checkpoint_names` applies them with checks (unused rules,
-collisions); :func:`suggest_remap` proposes a scope rule that explains missing names;
+collisions); :func:`suggest_remap` proposes a scope rule that explains missing names, and
+only one that following leaves fewer problems (shapes and dtypes checked);
 :func:`nearest_names` finds the closest held name for each missing one.
 
 Example::
@@ -16,8 +17,10 @@ from __future__ import annotations
 import difflib
 
 from ..selectors import variable_name
+from .reports import compare_spec
 
 _DIFFLIB_BUDGET = 250_000  # name comparisons; past this, nearest-name hints are skipped
+_CANDIDATES = 5  # scope rules checked against the whole plan, the most voted first
 
 
 def checkpoint_names(names, remap=None) -> dict:
@@ -77,12 +80,50 @@ def checkpoint_names(names, remap=None) -> dict:
     return result
 
 
-def suggest_remap(missing, available):
+def suggest_remap(missing, available, *, expected=None, contents=None):
     """The scope remap that explains most ``missing`` names by ``available`` ones, or (None, 0).
+
+    The answer is checked before it is given: following it must leave fewer problems than
+    now. With ``expected`` (every name the plan restores -> ``(shape, dtype)``) and
+    ``contents`` (checkpoint name -> ``(shape, dtype)``), a name counts as found only when
+    its shape and dtype match, and the names that match now must still match afterwards. A
+    rule into the graph's root scope renames every variable, so it is suggested only when it
+    explains most of the missing names. The number returned is how many missing names it finds.
 
     >>> suggest_remap(['net/a/w', 'net/b'], ['model/a/w', 'model/b'])
     ({'model/': 'net/'}, 2)
+    >>> suggest_remap(['output_weights'], ['cls/seq_relationship/output_weights'],
+    ...               expected={'output_weights': ((3, 16), 'float32'), 'bert/w': ((16, 16), 'float32')},
+    ...               contents={'cls/seq_relationship/output_weights': ((2, 16), 'float32'),
+    ...                         'bert/w': ((16, 16), 'float32')})
+    (None, 0)
     """
+    missing = list(missing)
+    votes = _votes(missing, available)
+    if not votes:
+        return None, 0
+    expected = dict.fromkeys(missing) if expected is None else dict(expected)
+    contents = dict.fromkeys(available) if contents is None else contents
+    before = _problems(expected, {name: name for name in expected}, contents)
+    best = None
+    ranked = sorted(votes.items(), key=lambda item: (-item[1], len(item[0][0]) + len(item[0][1])))
+    for (source, target), _count in ranked[:_CANDIDATES]:
+        rule = {(source + "/") if source else "/": (target + "/") if target else "/"}
+        try:
+            keys = checkpoint_names(expected, rule)
+        except ValueError:  # the rule would send two variables to one checkpoint name
+            continue
+        resolves = sum(1 for name in missing if _fits(name, keys[name], expected, contents))
+        if not resolves or (not target and 2 * resolves <= len(missing)):
+            continue
+        after = _problems(expected, keys, contents)
+        if after < before and (best is None or after < best[0]):
+            best = (after, rule, resolves)
+    return (best[1], best[2]) if best else (None, 0)
+
+
+def _votes(missing, available) -> dict:
+    """(checkpoint scope, graph scope) -> how many missing names it would explain by name alone."""
     by_suffix = {}
     for name in available:
         parts = name.split("/")
@@ -96,22 +137,34 @@ def suggest_remap(missing, available):
             sources = by_suffix.get("/".join(parts[cut:]), set()) - {graph_scope}
             if sources:
                 for source in sources:
-                    votes[(source, graph_scope)] = votes.get((source, graph_scope), 0) + 1
+                    # the same match, said by deeper scopes too: {'x/': '/'} or {'x/head/': 'head/'}
+                    for depth in range(cut, len(parts)):
+                        inner = "/".join(parts[cut:depth])
+                        pair = ("/".join(filter(None, (source, inner))), "/".join(parts[:depth]))
+                        votes[pair] = votes.get(pair, 0) + 1
                 break
-    if not votes:
-        return None, 0
-    (source, target), _ = max(votes.items(), key=lambda item: (item[1], -len(item[0][0]) - len(item[0][1])))
-    rule = {(source + "/") if source else "/": (target + "/") if target else "/"}
-    covered = [name for name in missing if name.startswith(target + "/" if target else "")]
-    available = set(available)
-    resolves = sum(1 for key in checkpoint_names(covered, rule).values() if key in available)
-    return (rule, resolves) if resolves else (None, 0)
+    return votes
+
+
+def _fits(name, key, expected, contents) -> bool:
+    """Whether checkpoint entry ``key`` can restore ``name``: present, and (when known) the same shape and dtype."""
+    if key not in contents:
+        return False
+    spec, found = expected.get(name), contents[key]
+    if spec is None or found is None:
+        return True
+    return compare_spec(name, key, spec[0], spec[1], found) is None
+
+
+def _problems(expected, keys, contents) -> int:
+    return sum(1 for name in expected if not _fits(name, keys[name], expected, contents))
 
 
 def nearest_names(missing, candidates, remap) -> dict:
     """Missing checkpoint name -> the closest name the checkpoint holds (or absent).
 
-    A suggested remap answers directly; difflib (quadratic) only runs on small problems.
+    A suggested remap answers directly, then the same name under another scope; difflib
+    (quadratic) only runs on small problems.
     """
     nearest = {}
     if remap:
@@ -120,6 +173,14 @@ def nearest_names(missing, candidates, remap) -> dict:
         covered = [name for name in missing if target == "/" or name.startswith(target)]
         nearest = {name: key for name, key in checkpoint_names(covered, remap).items() if key in available}
     rest = [name for name in missing if name not in nearest]
+    if rest:  # the same name under another scope: 'output_bias' in 'cls/seq_relationship/output_bias'
+        under_scope = {}
+        for candidate in sorted(candidates, key=len, reverse=True):
+            parts = candidate.split("/")
+            for cut in range(1, len(parts)):
+                under_scope["/".join(parts[cut:])] = candidate
+        nearest.update((name, under_scope[name]) for name in rest if name in under_scope)
+        rest = [name for name in rest if name not in nearest]
     if len(rest) * len(candidates) <= _DIFFLIB_BUDGET:
         for name in rest:
             close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
