@@ -235,3 +235,23 @@ def test_import_is_cheap():
     code = "import sys, subsetsaver; print(sorted(m for m in ('matplotlib', 'graphviz', 'tensorflow') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_checkpoint_roles_from_the_names_hand_written_and_keras_optimizers_give(tmp_path):
+    """Without a graph, the names BERT-style optimizers (VAR/adam_m) and legacy Keras optimizers in graph
+    mode ([training/]Adam/VAR/m, Adam/iter, Adam/beta_1) give their state are optimizer state."""
+    names = ["bert/layer_0/kernel", "bert/layer_0/kernel/adam_m", "bert/layer_0/kernel/adam_v", "global_step",
+             "cls/bias", "cls/bias/lamb_m", "cls/bias/lamb_v", "dense/kernel", "training/Adam/dense/kernel/m",
+             "training/Adam/dense/kernel/v", "Adam/iter", "Adam/beta_1", "Adam/learning_rate", "bn/moving_mean"]
+    prefix = str(tmp_path / "model")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[np.zeros([2], np.float32) for _ in names])
+    cat = catalog.checkpoint_catalog(prefix)
+    assert ss.slots().names(cat) == sorted([
+        "bert/layer_0/kernel/adam_m", "bert/layer_0/kernel/adam_v", "cls/bias/lamb_m", "cls/bias/lamb_v",
+        "training/Adam/dense/kernel/m", "training/Adam/dense/kernel/v", "Adam/beta_1", "Adam/learning_rate"])
+    assert ss.global_step().names(cat) == ["Adam/iter", "global_step"]
+    assert cat.record("training/Adam/dense/kernel/m").slot_of == "dense/kernel"
+    assert cat.record("bert/layer_0/kernel/adam_v").slot_of == "bert/layer_0/kernel"
+    assert (~ss.slots()).names(cat) == sorted(["Adam/iter", "bert/layer_0/kernel", "bn/moving_mean", "cls/bias",
+                                                 "dense/kernel", "global_step"])

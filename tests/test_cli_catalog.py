@@ -130,7 +130,8 @@ def test_inspect_prints_every_tensor_and_the_totals(saved_model, run_cli):
     names = sorted(shapes)
     sizes = {n: math.prod(shapes[n]) * dtypes[n].size for n in names}
     lines = result.stdout.splitlines()
-    assert lines[0] == f"checkpoint {prefix}: {len(names)} tensors, {format_bytes(sum(sizes.values()))}"
+    assert lines[0] == (f"checkpoint {prefix} (TensorFlow checkpoint): {len(names)} tensors, "
+                        f"{format_bytes(sum(sizes.values()))}")
     assert lines[1].split() == ["name", "shape", "dtype", "bytes", "size", "roles"]
     rows = lines[3:3 + len(names)]
     for name, row in zip(names, rows):

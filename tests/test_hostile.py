@@ -809,7 +809,7 @@ def test_a_shape_declared_larger_than_its_stored_bytes_is_refused_on_opening(tmp
     _, prefix = small_checkpoint(str(tmp_path))
     declare_shape(prefix + ".index", "small", [3], [100])
     with pytest.raises(CorruptCheckpointError) as error:
-        catalog_module.open_checkpoint(prefix)
+        catalog_module.checkpoint_contents(prefix)
     assert str(error.value) == (
         f"cannot read checkpoint '{prefix}': tensor 'small' declares [100] float32 (400 bytes) but the checkpoint "
         "stores 12 bytes for it (truncated or tampered); restore from an intact copy of the checkpoint")

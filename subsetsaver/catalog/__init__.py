@@ -19,9 +19,11 @@ Example::
 
 from .checkpoints import (
     checkpoint_catalog,
+    checkpoint_contents,
     checkpoint_prefix,
+    file_catalog,
     npz_catalog,
-    open_checkpoint,
+    safetensors_catalog,
     unlisted_checkpoints_error,
 )
 from .dataflow import Dataflow, dataflow, no_garbage_collection
@@ -53,15 +55,17 @@ __all__ = [
     "Roles",
     "VariableRecord",
     "checkpoint_catalog",
+    "checkpoint_contents",
     "checkpoint_prefix",
     "dataflow",
+    "file_catalog",
     "is_keras_model",
     "load",
     "no_garbage_collection",
     "npz_catalog",
-    "open_checkpoint",
     "read_keras",
     "roles_from_names",
+    "safetensors_catalog",
     "unlisted_checkpoints_error",
     "value_bytes",
 ]

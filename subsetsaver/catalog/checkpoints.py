@@ -13,12 +13,14 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import atomic, npz, tf_state
+from ..formats import atomic, npz, safetensors_file, tf_bundle, tf_state
 from ..formats.tf_index import check_declared_sizes
 from .records import Catalog, CatalogEntry, value_bytes
+from .roles import Roles
 
 _CHECKPOINT_BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH",)
 
@@ -78,45 +80,44 @@ def _exists(path) -> bool:
 
 
 def checkpoint_catalog(path) -> Catalog:
-    """Names, shapes and dtypes of a TensorFlow checkpoint; roles guessed from names."""
-    prefix = checkpoint_prefix(path)
-    reader = open_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
+    """Names, shapes and dtypes of a TensorFlow checkpoint; roles guessed from names. No TensorFlow."""
+    contents = checkpoint_contents(checkpoint_prefix(path))
     entries = [
-        CatalogEntry(
-            name=name,
-            shape=tuple(shapes[name]),
-            dtype=dtypes[name].name,
-            nbytes=value_bytes(tuple(shapes[name]), dtypes[name]),
-            parts=(name,),
-            index=index,
-        )
-        for index, name in enumerate(sorted(n for n in shapes if n not in _CHECKPOINT_BOOKKEEPING))
+        CatalogEntry(name=name, shape=shape, dtype=dtype, nbytes=value_bytes(shape, dtype), parts=(name,), index=index)
+        for index, (name, (shape, dtype)) in enumerate(sorted(contents.items()))
     ]
     return Catalog(entries, {}, kind="checkpoint")
 
 
-def open_checkpoint(prefix):
-    """A ``CheckpointReader`` for ``prefix``, or a CorruptCheckpointError that says why not.
+def checkpoint_contents(prefix) -> dict:
+    """``{name: (shape tuple, dtype name)}`` of the TensorFlow checkpoint ``prefix``, as
+    ``tf.train.load_checkpoint`` lists it (a partitioned variable once, with its full shape), after
+    the whole index and the data files' sizes are validated; read without TensorFlow and without
+    reading a value."""
+    check_declared_sizes(prefix)
+    _require_every_data_file(prefix)
+    with tf_bundle.BundleReader(prefix) as reader:
+        return {name: (tuple(spec.shape), spec.dtype) for name, spec in reader.specs.items()
+                if name not in _CHECKPOINT_BOOKKEEPING}
 
-    Every tensor's declared size is checked against the bytes the checkpoint stores for it
-    (see :func:`check_declared_sizes`): TensorFlow allocates a tensor's declared shape before
-    it compares sizes, so an ``.index`` declaring 8 GiB over a 2 MiB ``.data`` file would
-    exhaust memory on restore instead of failing.
 
-    >>> open_checkpoint('train/model-9000').get_variable_to_shape_map()['conv_1/w']
-    [5, 5, 1, 32]
-    """
-    import tensorflow as tf
-
+def _require_every_data_file(prefix):
+    directory, base = os.path.split(prefix)
     try:
-        reader = tf.train.load_checkpoint(prefix)
-    except (tf.errors.OpError, ValueError) as error:
-        message = getattr(error, "message", str(error)).strip().splitlines()[0]
-        raise CorruptCheckpointError(f"cannot read checkpoint '{prefix}': {message}") from error
-    check_declared_sizes(prefix, reader)
-    return reader
+        names = os.listdir(directory or ".") if atomic.is_local(prefix) else None
+    except OSError:
+        names = []
+    if names is None:
+        return  # remote: the reader names a missing data file itself
+    shards = sorted(name[len(base) + len(".data-"):] for name in names
+                    if name.startswith(base + ".data-") and "-of-" in name and ".tmp-" not in name[len(base):])
+    count = shards[0].rsplit("-of-", 1)[-1] if shards else "00001"
+    wanted = [f"{k:05d}-of-{count}" for k in range(int(count))] if count.isdigit() else []
+    if not wanted or any(shard not in shards for shard in wanted):
+        missing = [f"{prefix}.data-{shard}" for shard in wanted if shard not in shards] or [f"{prefix}.data-*"]
+        raise CorruptCheckpointError(
+            f"checkpoint '{prefix}' is incomplete: {', '.join(missing)} missing; copy every file of the checkpoint"
+        )
 
 
 def npz_catalog(path) -> Catalog:
@@ -128,3 +129,42 @@ def npz_catalog(path) -> Catalog:
         entries.append(CatalogEntry(name=entry.name, shape=tuple(shape), dtype=dtype, nbytes=entry.nbytes,
                                     parts=(entry.name,), index=index))
     return Catalog(entries, {}, kind="checkpoint")
+
+
+def safetensors_catalog(path) -> Catalog:
+    """A catalog of a safetensors file's tensors, read from its header alone. Roles come from the
+    file's ``roles`` metadata when subsetsaver wrote it (the roles of the source it was converted
+    from), else they are guessed from names."""
+    found, metadata = safetensors_file.specs(path)
+    entries = [CatalogEntry(name=name, shape=shape, dtype=dtype, nbytes=value_bytes(shape, dtype), parts=(name,),
+                            index=index)
+               for index, (name, (shape, dtype)) in enumerate(found.items())]
+    recorded = _recorded_roles(metadata, frozenset(found))
+    return Catalog(entries, {}, kind="checkpoint", roles=None if recorded is None else (lambda catalog: recorded))
+
+
+def file_catalog(path) -> Catalog:
+    """The catalog of a checkpoint file of any format subsetsaver reads: a TensorFlow checkpoint
+    (prefix, file of it or directory), a portable ``.npz``, or a ``.safetensors`` file."""
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        return npz_catalog(path)
+    if path.endswith(safetensors_file.SUFFIX):
+        return safetensors_catalog(path)
+    return checkpoint_catalog(path)
+
+
+def _recorded_roles(metadata, names):
+    try:
+        recorded = json.loads(metadata.get("roles", "null"))
+    except ValueError:
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    by_role = {}
+    for name, roles in recorded.items():
+        if name in names and isinstance(roles, list):
+            for role in roles:
+                if isinstance(role, str):
+                    by_role.setdefault(role, set()).add(name)
+    return Roles(by_role={role: frozenset(members) for role, members in by_role.items()}, slot_of={}, average_of={})

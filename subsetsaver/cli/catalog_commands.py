@@ -5,7 +5,9 @@ import collections
 import click
 
 from .. import catalog
+from ..formats import subset_manifest
 from ..selectors import format_bytes, parse
+from ..tools import convert
 from .output import (
     RECORD_ALIGN,
     RECORD_HEADERS,
@@ -20,11 +22,21 @@ from .output import (
 
 @click.command("inspect")
 @click.argument("checkpoint")
+@click.option("--keep", metavar="EXPR", help="Only the tensors this selector chooses.")
+@click.option("--values", "values_of", metavar="NAME", help="Print the values of tensor NAME (summarised).")
+@click.option("--stats", is_flag=True, help="Min, max, mean and std of every numeric tensor (reads the values).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def inspect_command(checkpoint, as_json):
-    """List a checkpoint's tensors with bytes, totals per top-level scope, and optimizer state."""
-    cat = catalog.checkpoint_catalog(checkpoint)
-    records = cat.records
+def inspect_command(checkpoint, keep, values_of, stats, as_json):
+    """List the tensors of CHECKPOINT (a TensorFlow checkpoint, .npz or .safetensors file) with bytes,
+    totals per top-level scope, optimizer state and the subset manifest."""
+    source_format = convert.format_of(checkpoint)
+    source = catalog.checkpoint_prefix(checkpoint) if source_format == "name" else checkpoint
+    cat = catalog.file_catalog(source)
+    if values_of is not None:
+        _echo_values(source, source_format, cat, values_of, as_json)
+        return
+    names = set(parse(keep).names(cat)) if keep is not None else cat.all_names
+    records = [r for r in cat.records if r.name in names]
     scopes = collections.OrderedDict()
     for record in records:
         top = record.name.split("/", 1)[0] if "/" in record.name else "(root)"
@@ -32,22 +44,35 @@ def inspect_command(checkpoint, as_json):
         scopes[top] = (count + 1, nbytes + record.nbytes)
     optimizer = [r for r in records if "slot" in r.roles]
     total = sum(r.nbytes for r in records)
+    manifest = subset_manifest.read_manifest(source) if source_format == "name" else None
+    statistics = _statistics(source, source_format, records) if stats else None
     if as_json:
         echo_json(
             {
-                "checkpoint": catalog.checkpoint_prefix(checkpoint),
-                "tensors": [record_json(r) for r in records],
+                "checkpoint": source,
+                "format": source_format,
+                "tensors": [dict(record_json(r), **({"stats": statistics[r.name]} if statistics else {}))
+                            for r in records],
                 "scopes": [{"scope": s, "tensors": c, "bytes": b} for s, (c, b) in scopes.items()],
                 "optimizer_state": {"tensors": len(optimizer), "bytes": sum(r.nbytes for r in optimizer)},
                 "total": {"tensors": len(records), "bytes": total},
+                "manifest": manifest,
             }
         )
         return
-    click.echo(f"checkpoint {catalog.checkpoint_prefix(checkpoint)}: {len(records)} tensors, {format_bytes(total)}")
-    echo_table(RECORD_HEADERS, [record_row(r) for r in records], RECORD_ALIGN)
+    click.echo(f"checkpoint {source} ({_FORMAT_NAMES[source_format]}): {len(records)} tensors, {format_bytes(total)}")
+    if statistics:
+        echo_table(RECORD_HEADERS + ["min", "max", "mean", "std"],
+                   [record_row(r) + _stat_cells(statistics[r.name]) for r in records], RECORD_ALIGN + "rrrr")
+    else:
+        echo_table(RECORD_HEADERS, [record_row(r) for r in records], RECORD_ALIGN)
     click.echo("")
     echo_table(["scope", "tensors", "bytes", "size"],
                [[s, c, b, format_bytes(b)] for s, (c, b) in scopes.items()], "lrrr")
+    if manifest is not None:
+        click.echo(f"\nsubset manifest: written by a plan with selector {manifest.get('selector')}; "
+                   f"{len(manifest.get('variables', []))} saved, {len(manifest.get('initialized', []))} initialized "
+                   "on restore")
     if optimizer:
         opt_bytes = sum(r.nbytes for r in optimizer)
         click.echo(
@@ -55,6 +80,54 @@ def inspect_command(checkpoint, as_json):
             f"({100 * opt_bytes / max(total, 1):.0f}% of the checkpoint); "
             "`subsetsaver slim CKPT --keep \"~slots()\" -o OUT` drops it"
         )
+
+
+_FORMAT_NAMES = {"name": "TensorFlow checkpoint", "npz": "portable .npz", "safetensors": "safetensors"}
+
+
+def _echo_values(source, source_format, cat, name, as_json):
+    import numpy as np
+
+    if name not in cat.all_names:
+        close = closest_text(name, cat.ordered_names)
+        raise click.BadParameter(f"'{source}' has no tensor '{name}'{close}", param_hint="--values")
+    ((_, value),) = convert.read_tensors(source, source_format, [name])
+    if as_json:
+        echo_json({"name": name, "shape": list(np.shape(value)), "dtype": str(value.dtype),
+                   "values": np.asarray(value).tolist() if np.size(value) <= 1000 else None})
+        return
+    click.echo(f"{name} {list(np.shape(value))} {value.dtype}")
+    click.echo(np.array2string(np.asarray(value), threshold=200, edgeitems=3))
+
+
+def _statistics(source, source_format, records) -> dict:
+    """name -> {'min', 'max', 'mean', 'std'} (None for strings and empty tensors), one tensor in memory at a time."""
+    import numpy as np
+
+    found = {}
+    names = [r.name for r in records]
+    for name, value in convert.read_tensors(source, source_format, names):
+        array = np.asarray(value)
+        if array.size == 0 or array.dtype.kind not in "biuf":
+            found[name] = None
+            continue
+        numbers = array.astype(np.float64)
+        found[name] = {"min": float(numbers.min()), "max": float(numbers.max()), "mean": float(numbers.mean()),
+                       "std": float(numbers.std())}
+    return found
+
+
+def _stat_cells(values) -> list:
+    if values is None:
+        return ["-", "-", "-", "-"]
+    return [f"{values[key]:.4g}" for key in ("min", "max", "mean", "std")]
+
+
+def closest_text(name, names) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=3)
+    return f"; closest: {', '.join(close)}" if close else ""
 
 
 @click.command("select")

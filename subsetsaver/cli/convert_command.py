@@ -1,4 +1,4 @@
-"""``convert``: a TensorFlow checkpoint to a portable ``.npz`` file, or a portable file back to a checkpoint."""
+"""``convert``: a checkpoint file in another format: TensorFlow (name-based), .npz or .safetensors."""
 
 import click
 
@@ -6,35 +6,40 @@ from ..selectors import format_bytes
 from ..tools import convert
 from .output import echo_json, prepare_output
 
+_KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetensors file"}
+
 
 @click.command("convert")
 @click.argument("source")
 @click.argument("output")
 @click.option("--keep", metavar="EXPR", help="Selector of the tensors to convert (default: all), e.g. \"~slots()\".")
+@click.option("--to", "to", type=click.Choice(convert.FORMATS),
+              help="Format of OUTPUT (default: from its extension; a path without .npz or .safetensors is "
+                   "a TensorFlow checkpoint prefix, 'name').")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
-def convert_command(source, output, keep, force, as_json):
-    """Convert SOURCE to OUTPUT: a checkpoint (prefix or directory) to OUT.npz, or IN.npz to a
-    checkpoint prefix that tf.compat.v1.train.Saver restores.
+def convert_command(source, output, keep, to, force, as_json):
+    """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
+    .safetensors file into another of them, without TensorFlow.
 
     \b
+      subsetsaver convert train/model-9000 model.safetensors --keep "trainable() | bn_stats()"
       subsetsaver convert train/model-9000 model.npz --keep "~slots()"
       subsetsaver convert model.npz serve/model
     """
-    if source.endswith(".npz"):
-        if output.endswith(".npz"):
-            raise click.UsageError("both SOURCE and OUTPUT are .npz files; one side must be a checkpoint prefix")
-        prepare_output(output, force=force, checkpoint=True)
-        report = convert.npz_to_checkpoint(source, output, keep=keep)
-        kind = "checkpoint"
-    else:
-        if not output.endswith(".npz"):
-            raise click.UsageError(f"OUTPUT '{output}' must end in .npz when SOURCE is a checkpoint")
-        prepare_output(output, force=force)
-        report = convert.checkpoint_to_npz(source, output, keep=keep)
-        kind = "portable file"
+    to = to or convert.format_of(output)
+    source_format = convert.format_of(source)
+    if to == source_format:
+        raise click.UsageError(f"OUTPUT '{output}' is a {_KINDS[to]} like SOURCE; name one ending in "
+                               + ("'.npz' or '.safetensors'" if to == "name" else "another extension, or a prefix")
+                               + (", or pass --to (to keep part of a checkpoint, use `subsetsaver slim`)"
+                                  if to == "name" else ", or pass --to"))
+    prepare_output(output, force=force, checkpoint=to == "name")
+    report = convert.convert(source, output, keep=keep, to=to)
+    kind = _KINDS[report.output_format]
     if as_json:
-        echo_json({"source": report.source, "output": report.output, "kind": kind, "kept": list(report.kept),
+        echo_json({"source": report.source, "output": report.output, "kind": kind, "format": report.output_format,
+                   "source_format": report.source_format, "kept": list(report.kept),
                    "dropped": list(report.dropped), "bytes": report.nbytes})
         return
     total = len(report.kept) + len(report.dropped)

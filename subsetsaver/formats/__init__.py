@@ -7,9 +7,13 @@
 - ``npz``: the portable ``.npz`` checkpoint format (a package: format, writer, reader, ...).
 - ``npz_state``: ``checkpoint_npz.json``, the state file of a directory of portable
   checkpoints (the latest file, the kept ones).
+- ``safetensors_file``: safetensors files (through the ``safetensors`` package), for PyTorch and JAX.
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
-- ``tf_index``: a reader of a TensorFlow checkpoint's ``.index`` table, to check declared
-  tensor sizes before TensorFlow allocates them.
+- ``tf_bundle``: TensorFlow's checkpoint files (tensor bundles: ``.index`` and ``.data-*``),
+  read and written without TensorFlow (a package: wire format, table, dtypes, reader, writer).
+- ``tf_index``: the check of a TensorFlow checkpoint's declared tensor sizes against its
+  files, before TensorFlow allocates them (on top of ``tf_bundle``).
+- ``writer_lock``: one writing process per checkpoint directory (an advisory lock on it).
 - ``tf_state``: the ``checkpoint`` state file a TensorFlow Saver keeps (read and written
   without TensorFlow), and the checkpoints of a directory that no state file names.
 
@@ -25,4 +29,4 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["atomic", "npz", "npz_state", "subset_manifest", "tf_index", "tf_state"]
+__all__ = ["atomic", "npz", "npz_state", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index", "tf_state", "writer_lock"]

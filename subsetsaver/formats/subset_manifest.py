@@ -22,11 +22,12 @@ import json
 import os
 
 from ..errors import CorruptCheckpointError
-from ..version import __version__
+from ..version import versions
 from . import atomic
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
+MAX_MANIFEST_BYTES = 64 << 20
 FORMAT_VERSION = 1
 
 
@@ -41,10 +42,7 @@ def manifest_content(*, selector, variables, initialized, remap=None, backend="t
     ``variables``: dicts with ``name``, ``checkpoint_name``, ``shape``, ``dtype``, ``bytes``
     (in the plan's order); ``initialized``: names left to their initializers.
     """
-    import platform
-
-    import tensorflow as tf
-
+    written_by = versions()
     content = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -58,11 +56,7 @@ def manifest_content(*, selector, variables, initialized, remap=None, backend="t
             "bytes": sum(v["bytes"] for v in variables),
             "initialized": len(initialized),
         },
-        "versions": {
-            "subsetsaver": __version__,
-            "tensorflow": tf.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": {key: written_by[key] for key in ("subsetsaver", "tensorflow", "python")},
     }
     content.update(extra)
     return content
@@ -80,14 +74,13 @@ def write_manifest(prefix, content: dict) -> str:
 
 def read_manifest(prefix) -> dict | None:
     """The manifest beside ``prefix``, or None when there is none."""
-    import tensorflow as tf
-
     path = manifest_path(prefix)
-    if not tf.io.gfile.exists(path):
+    try:
+        data = _read(path)
+    except FileNotFoundError:
         return None
     try:
-        with tf.io.gfile.GFile(path, "r") as handle:
-            content = json.loads(handle.read())
+        content = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as error:
         raise CorruptCheckpointError(f"manifest '{path}' is not valid JSON ({error}); delete it or rewrite it") from error
     if not isinstance(content, dict) or content.get("format") != FORMAT:
@@ -97,9 +90,27 @@ def read_manifest(prefix) -> dict | None:
 
 def remove_manifest(prefix) -> None:
     """Delete the manifest beside ``prefix`` if there is one (e.g. after the Saver retired it)."""
+    path = manifest_path(prefix)
+    if atomic.is_local(path):
+        try:
+            os.remove(atomic.local_path(path))
+        except FileNotFoundError:
+            pass
+        return
     import tensorflow as tf
 
-    path = manifest_path(prefix)
     if tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
 
+
+def _read(path) -> bytes:
+    """The manifest's bytes (at most 64 MiB); FileNotFoundError when there is none."""
+    if atomic.is_local(path):
+        with open(atomic.local_path(path), "rb") as handle:
+            return handle.read(MAX_MANIFEST_BYTES)
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(path)
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return handle.read(MAX_MANIFEST_BYTES)

@@ -30,6 +30,7 @@ import re
 from . import atomic
 
 STATE_FILENAME = "checkpoint"
+TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (formats.atomic)
 MAX_STATE_BYTES = 1 << 20
 _FIELD = re.compile(r'^\s*(\w+)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')
 
@@ -88,7 +89,7 @@ def unlisted_checkpoints(directory) -> list:
     except OSError:
         return []
     return sorted(_join(directory, name[:-len(".index")]) for name in names
-                  if name.endswith(".index") and ".tmp-" not in name)
+                  if name.endswith(".index") and not TEMPORARY.search(name))
 
 
 def _resolve(directory, path):

@@ -89,8 +89,8 @@ def average_restore_map(plan_or_sel, checkpoint, ema=None, graph=None) -> dict:
         keys = {name: plan_or_sel.checkpoint_names[name] for name in plan_or_sel.saved_names}
     else:
         keys = {name: name for name in as_selector(plan_or_sel, "plan_or_sel").names(graph)}
-    reader = catalog_module.open_checkpoint(catalog_module.checkpoint_prefix(checkpoint))
-    shadows = shadow_names(keys.values(), reader.get_variable_to_shape_map(), ema)
+    contents = catalog_module.checkpoint_contents(catalog_module.checkpoint_prefix(checkpoint))
+    shadows = shadow_names(keys.values(), contents, ema)
     return {name: shadows.get(key, key) for name, key in keys.items()}
 
 

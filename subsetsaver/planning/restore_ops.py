@@ -11,9 +11,6 @@ time, so restoring a hundred times does not grow the graph:
   own file readers (portable ``.npz`` files). Variables of one dtype and shape share
   one ``[count, *shape]`` placeholder that one ``unstack`` cuts into their values.
 
-:func:`read_back` writes arrays as a TensorFlow checkpoint in a scratch graph and
-reads them back with ``RestoreV2`` (file conversions verify what they wrote with it).
-
 Example::
 
     >>> ops = CheckpointRestoreOps(graph, {'dense/w': [w]}, scope='subsetsaver_restore_some')
@@ -129,28 +126,3 @@ class FeedAssignOps:
             every = [op for layout in layouts for op in self.assigns[layout.name]]
             self.assign_all = tf.group(*every, name="assign_all") if every else None
 
-
-def read_back(prefix, arrays, specs) -> list:
-    """Write ``arrays`` (name -> numpy array) as the TensorFlow checkpoint ``prefix`` with one
-    ``SaveV2`` (``specs``: each array's ``shape_and_slices``, '' when whole), read it back with
-    one ``RestoreV2`` after it, and return what was read, in ``arrays``' order.
-
-    A scratch graph and session, one ``session.run``: the caller compares the values.
-    """
-    import tensorflow as tf
-
-    names = list(arrays)
-    graph = tf.Graph()
-    with graph.as_default():
-        prefix_feed = tf.compat.v1.placeholder(tf.string, [])
-        feeds = [tf.compat.v1.placeholder(tf.as_dtype(arrays[n].dtype), arrays[n].shape) for n in names]
-        save = tf.raw_ops.SaveV2(prefix=prefix_feed, tensor_names=names, shape_and_slices=specs, tensors=feeds)
-        with tf.control_dependencies([save]):
-            restored = tf.raw_ops.RestoreV2(prefix=prefix_feed, tensor_names=names, shape_and_slices=specs,
-                                            dtypes=[f.dtype for f in feeds]) if names else []
-    with tf.compat.v1.Session(graph=graph) as sess:
-        feed_dict = {prefix_feed: prefix, **{f: arrays[n] for f, n in zip(feeds, names)}}
-        if not names:
-            sess.run(save, feed_dict)
-            return []
-        return list(sess.run(list(restored), feed_dict))

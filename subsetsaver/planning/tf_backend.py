@@ -10,8 +10,7 @@ Example::
 from __future__ import annotations
 
 from .. import tf_internals
-from ..catalog import checkpoint_prefix, open_checkpoint, unlisted_checkpoints_error
-from ..errors import CorruptCheckpointError
+from ..catalog import checkpoint_contents, checkpoint_prefix, unlisted_checkpoints_error
 from ..formats import tf_state
 from .restore_ops import CheckpointRestoreOps
 from .staging import staged_saver_class
@@ -86,18 +85,4 @@ class TfBackend:
 
     @staticmethod
     def contents(prefix) -> dict:
-        import tensorflow as tf
-
-        reader = open_checkpoint(prefix)
-        shards = sorted(path[len(prefix) + len(".data-"):] for path in tf.io.gfile.glob(f"{prefix}.data-*-of-*"))
-        count = shards[0].rsplit("-of-", 1)[-1] if shards else "00001"
-        wanted = [f"{k:05d}-of-{count}" for k in range(int(count))] if count.isdigit() else []
-        if not wanted or any(shard not in shards for shard in wanted):
-            missing = [f"{prefix}.data-{shard}" for shard in wanted if shard not in shards] or [f"{prefix}.data-*"]
-            raise CorruptCheckpointError(
-                f"checkpoint '{prefix}' is incomplete: {', '.join(missing)} missing; copy every file of the checkpoint"
-            )
-        shapes = reader.get_variable_to_shape_map()
-        dtypes = reader.get_variable_to_dtype_map()
-        return {name: (tuple(shapes[name]), dtypes[name].name) for name in shapes if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
-
+        return checkpoint_contents(prefix)

@@ -1,116 +1,159 @@
-"""Converting between TensorFlow checkpoints and portable ``.npz`` files, without a graph.
+"""Converting checkpoint files between formats, without a graph and without TensorFlow.
+
+Formats: ``name`` (a TensorFlow name-based checkpoint, what ``tf.compat.v1.train.Saver``
+writes and restores), ``npz`` (subsetsaver's portable file) and ``safetensors`` (for
+PyTorch, JAX and the rest). ``keep`` selects what is converted (roles guessed from names,
+or read from a subsetsaver safetensors file's metadata). Tensors are read one at a time;
+a TensorFlow checkpoint is written as they come and read back bit for bit, and the
+``checkpoint`` state file of its directory then names it.
 
 Example::
 
-    >>> checkpoint_to_npz('train/model-9000', 'model.npz', keep='~slots()').kept[:2]
-    ('conv_1/b', 'conv_1/w')
-    >>> npz_to_checkpoint('model.npz', 'ckpt/model').output
-    'ckpt/model'
+    >>> convert('train/model-9000', 'model.safetensors', keep='trainable() | bn_stats()').kept[:2]
+    ('conv_1/b', 'conv_1/bn/beta')
+    >>> convert('model.safetensors', 'serve/model', to='name').output
+    'serve/model'
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from .. import catalog as catalog_module
-from ..catalog import npz_catalog
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError, UnsupportedDtypeError
-from ..formats import npz
+from ..errors import CorruptCheckpointError, UnsupportedDtypeError
+from ..formats import npz, safetensors_file, subset_manifest, tf_bundle, tf_state
 from ..formats.npz import entry_spec
-from ..planning.restore_ops import read_back
 from ..selectors import as_selector
+from .slim import same_values
+
+FORMATS = ("name", "npz", "safetensors")
+_HOLDERS = {"npz": "portable checkpoints", "safetensors": "safetensors files"}
 
 
 @dataclasses.dataclass(frozen=True)
 class ConvertReport:
-    """What a conversion wrote: ``source``, ``output``, the ``kept`` and ``dropped`` names, data bytes."""
+    """What a conversion wrote: ``source``, ``output``, the ``kept`` and ``dropped`` names, data bytes,
+    and the formats read and written."""
 
     source: str
     output: str
     kept: tuple
     dropped: tuple
     nbytes: int
+    source_format: str = "name"
+    output_format: str = "npz"
+
+
+def format_of(path) -> str:
+    """'npz', 'safetensors' or 'name' (a TensorFlow checkpoint prefix, file of it, or directory), by name."""
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        return "npz"
+    if path.endswith(safetensors_file.SUFFIX):
+        return "safetensors"
+    return "name"
+
+
+def convert(source, output, keep=None, to=None) -> ConvertReport:
+    """Write the tensors of ``source`` that ``keep`` selects (None: all) to ``output`` in the format
+    ``to`` ('name', 'npz', 'safetensors'; None: from ``output``'s extension)."""
+    selector = as_selector(keep, "keep")
+    to = to or format_of(output)
+    if to not in FORMATS:
+        raise ValueError(f"unknown format {to!r}; the formats are {', '.join(FORMATS)}")
+    source_format = format_of(source)
+    if source_format == "name":
+        source = catalog_module.checkpoint_prefix(source)
+    source, output = os.fspath(source), os.fspath(output)
+    if to == source_format:
+        raise ValueError(f"'{source}' is already a {to} checkpoint; to select tensors of it, use `subsetsaver slim`"
+                         if to == "name" else f"'{source}' and '{output}' are both {to} files; convert to another format")
+    cat = catalog_module.file_catalog(source)
+    kept = selector.names(cat)
+    kept_set = set(kept)
+    dropped = tuple(n for n in cat.ordered_names if n not in kept_set)
+    if to != "name":
+        unsupported = [n for n in kept if cat.record(n).dtype not in npz.STORED_AS]
+        if unsupported:
+            raise UnsupportedDtypeError(
+                f"{_HOLDERS[to]} hold numeric tensors only; '{source}' has {', '.join(unsupported)} "
+                f"({cat.record(unsupported[0]).dtype}): leave them out, e.g. --keep \"{selector!r} - "
+                f"name('{unsupported[0]}')\"")
+    if to == "name":
+        nbytes = _write_checkpoint(source, source_format, kept, output)
+    else:
+        arrays = dict(read_tensors(source, source_format, kept))
+        nbytes = sum(array.nbytes for array in arrays.values())
+        if to == "npz":
+            npz.write(output, arrays, selector=repr(selector),
+                      metadata={"source": source_format, "checkpoint": os.path.basename(source)})
+        else:
+            safetensors_file.write(output, arrays, _metadata(selector, cat, kept, source))
+    return ConvertReport(source, output, tuple(kept), dropped, nbytes, source_format, to)
 
 
 def checkpoint_to_npz(checkpoint, output, keep=None) -> ConvertReport:
-    """Copy the tensors ``keep`` selects (None: all) of a TensorFlow checkpoint into a portable file.
-
-    ``keep`` is evaluated on the checkpoint's names (roles guessed from names, as ``slim`` does).
-
-    >>> checkpoint_to_npz('train/model-9000', 'model.npz', keep='~slots()').kept[:2]
-    ('conv_1/b', 'conv_1/w')
-    """
-    selector = as_selector(keep, "keep")
-    prefix = catalog_module.checkpoint_prefix(checkpoint)
-    cat = catalog_module.checkpoint_catalog(prefix)
-    kept = selector.names(cat)
-    records = cat.records_by_name
-    unsupported = [n for n in kept if records[n].dtype not in npz.STORED_AS]
-    if unsupported:
-        raise UnsupportedDtypeError(
-            f"portable checkpoints hold numeric tensors only; '{prefix}' has {', '.join(unsupported)} "
-            f"({records[unsupported[0]].dtype}): leave them out, e.g. --keep \"{selector!r} - name('{unsupported[0]}')\""
-        )
-    reader = catalog_module.open_checkpoint(prefix)
-    arrays = {}
-    for name in kept:
-        try:
-            arrays[name] = reader.get_tensor(name)
-        except ValueError as error:  # e.g. the mangled per-part slots of a partitioned variable
-            raise CorruptCheckpointError(
-                f"cannot read '{name}' from '{prefix}' as one array ({str(error).splitlines()[0]}); leave it out "
-                f"(--keep \"{selector!r} - name('{name}')\") or save from the graph with ss.save_npz"
-            ) from error
-    npz.write(os.fspath(output), arrays, selector=repr(selector),
-             metadata={"source": "checkpoint", "checkpoint": os.path.basename(prefix)})
-    return ConvertReport(prefix, os.fspath(output), tuple(kept),
-                         tuple(n for n in cat.ordered_names if n not in set(kept)),
-                         sum(a.nbytes for a in arrays.values()))
+    """A TensorFlow checkpoint's tensors (``keep``: a selector, None: all) in a portable file."""
+    return convert(checkpoint, output, keep, to="npz")
 
 
 def npz_to_checkpoint(path, prefix, keep=None) -> ConvertReport:
-    """Write the arrays of a portable file (``keep``: a selector on them, None: all) as a
-    TensorFlow checkpoint at ``prefix`` that ``tf.compat.v1.train.Saver`` restores.
-
-    One ``SaveV2`` in a scratch graph, fed in one ``session.run``; the written
-    checkpoint is read back (``RestoreV2``) and compared bit for bit before returning.
-
-    >>> npz_to_checkpoint('model.npz', 'ckpt/model').output
-    'ckpt/model'
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    path, prefix = os.fspath(path), os.fspath(prefix)
-    directory = os.path.dirname(prefix)
-    if directory and not tf.io.gfile.isdir(directory):
-        raise CheckpointNotFoundError(f"cannot write '{prefix}': directory '{directory}' does not exist; create it first")
-    with npz.Archive(path) as archive:
-        names = list(archive.manifest.names)
-        if keep is not None:
-            names = as_selector(keep, "keep").names(npz_catalog(path))
-        entries = {e.name: e for e in archive.manifest.arrays}
-        arrays = archive.load(names)
-    specs = []
-    for name in names:
-        shape, _dtype, region = entry_spec(entries[name])
-        if region is None:
-            specs.append("")
-        else:
-            offset, box = region
-            specs.append(" ".join(str(d) for d in shape) + " " + ":".join(f"{o},{s}" for o, s in zip(offset, box)))
-    values = read_back(prefix, {name: arrays[name] for name in names}, specs)
-    for name, value in zip(names, values):
-        original = arrays[name]
-        if value.shape != original.shape or not np.array_equal(_bytes(value), _bytes(original)):
-            raise CorruptCheckpointError(f"'{prefix}': tensor '{name}' read back differs from '{path}'; disk full?")
-    return ConvertReport(path, prefix, tuple(names), tuple(n for n in entries if n not in set(names)),
-                         sum(a.nbytes for a in arrays.values()))
+    """A portable file's arrays as a TensorFlow checkpoint at ``prefix`` that a Saver restores."""
+    return convert(path, prefix, keep, to="name")
 
 
-def _bytes(array):
-    """The array's bytes as a flat uint8 view (bit-exact comparisons, NaNs included)."""
-    import numpy as np
+def read_tensors(source, source_format, names):
+    """Yield ``(name, array)`` of ``source``, one at a time."""
+    if source_format == "name":
+        with tf_bundle.BundleReader(source) as reader:
+            for name in names:
+                yield name, reader.read(name)
+    elif source_format == "npz":
+        with npz.Archive(source) as archive:
+            for name in names:
+                yield name, archive.load([name])[name]
+    else:
+        yield from safetensors_file.read(source, names)
 
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+def _write_checkpoint(source, source_format, names, prefix) -> int:
+    """Stream ``names`` of ``source`` into the TensorFlow checkpoint ``prefix``, read it back, name it latest."""
+    regions = {}  # npz arrays that are one part of a partitioned variable: name -> (full shape, offset)
+    if source_format == "npz":
+        for entry in npz.read_manifest(source).arrays:
+            shape, _dtype, region = entry_spec(entry)
+            if region is not None:
+                regions[entry.name] = (tuple(shape), tuple(region[0]))
+    nbytes = 0
+    with tf_bundle.BundleWriter(prefix) as writer:
+        for name, array in read_tensors(source, source_format, names):
+            if name in regions:
+                writer.add_slice(name, *regions[name], array)
+            else:
+                writer.add(name, array)
+            nbytes += array.nbytes
+    with tf_bundle.BundleReader(prefix) as written:
+        for name, array in read_tensors(source, source_format, [n for n in names if n not in regions]):
+            if not same_values(written.read(name), array):
+                raise CorruptCheckpointError(f"'{prefix}': tensor '{name}' read back differs from '{source}'")
+    directory = os.path.dirname(prefix) or "."
+    state = tf_state.read_state(directory)
+    tf_state.write_state(directory, prefix, () if state is None else state.kept)
+    return nbytes
+
+
+def _metadata(selector, cat, kept, source) -> dict:
+    """The string metadata of a safetensors file: the selection, roles by name, where it came from."""
+    records = cat.records_by_name
+    metadata = {
+        "format": "subsetsaver.safetensors",
+        "selector": repr(selector),
+        "source": os.path.basename(source.rstrip("/")),
+        "roles": json.dumps({name: sorted(records[name].roles - {"partitioned"}) for name in kept}),
+    }
+    manifest = subset_manifest.read_manifest(source) if format_of(source) == "name" else None
+    if manifest is not None:
+        metadata["subset_manifest"] = json.dumps(manifest)
+    return metadata

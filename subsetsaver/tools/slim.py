@@ -1,12 +1,13 @@
 """Slimming: a new checkpoint with only the tensors you keep, written tensor by tensor.
 
 Fine-tuned checkpoints carry optimizer state (Adam's two moments are twice the
-weights). ``slim`` copies the kept tensors into a new checkpoint without ever holding
-the whole model: tensors are read one at a time with the ``CheckpointReader`` and
-written in shards of at most ``memory_budget`` bytes (default: the largest kept tensor,
-at least 64 MB) with ``SaveV2``; the shards are merged into one checkpoint with
-``MergeV2Checkpoints``. The result is re-read and compared bit for bit before
-``slim`` returns. A manifest (``OUT.subset.json``) records what was kept.
+weights). ``slim`` copies the kept tensors into a new checkpoint holding one at a time:
+each is read, checked against its checksum and written straight away
+(:mod:`subsetsaver.formats.tf_bundle`, no TensorFlow), then every written tensor is read
+back and checked against the checksum of the source's bytes before ``slim`` returns. The files appear under their final names
+only when complete. A manifest (``OUT.subset.json``) records what was kept, and the
+``checkpoint`` state file of OUT's directory names OUT as the latest, so
+``restore_or_initialize(sess, directory)`` and ``latest_checkpoint`` find it.
 
 The object graph of a ``tf.train.Checkpoint`` (``_CHECKPOINTABLE_OBJECT_GRAPH``) is not
 copied: restore a slimmed checkpoint by name (a ``Saver`` or a subsetsaver plan).
@@ -21,15 +22,16 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
-import uuid
+
+import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, CorruptCheckpointError
+from ..formats import tf_bundle, tf_state
 from ..formats.subset_manifest import manifest_content, write_manifest
-from ..selectors import parse
-
-MIN_MEMORY_BUDGET = 64 * 2**20
+from ..selectors import as_selector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,25 +54,20 @@ class SlimReport:
         return self.source_bytes / self.output_bytes if self.output_bytes else float("inf")
 
 
-def slim(checkpoint, keep, output, *, graph=None, memory_budget=None, overwrite=False) -> SlimReport:
+def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport:
     """Write ``output`` (a checkpoint prefix) holding only the tensors ``keep`` selects.
 
     ``keep``: a selector or its text, evaluated on the checkpoint's names (roles guessed
     from names) or, with ``graph`` (a tf.Graph or ``.meta`` file), on the graph, whose
-    structure tells slots and statistics apart exactly. ``memory_budget``: the most
-    bytes of tensor values held at once (more shards when smaller).
+    structure tells slots and statistics apart exactly. Memory holds one tensor at a time
+    (two while verifying).
     """
-    import tensorflow as tf
-
-    selector = parse(keep) if isinstance(keep, str) else keep
+    selector = as_selector(keep, "keep")
     source = catalog_module.checkpoint_prefix(checkpoint)
-    reader = catalog_module.open_checkpoint(source)
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
     source_catalog = catalog_module.checkpoint_catalog(source)
     chosen_from = source_catalog if graph is None else catalog_module.load(graph)
     kept = selector.names(chosen_from)
-    lacking = [name for name in kept if name not in shapes]
+    lacking = [name for name in kept if name not in source_catalog.all_names]
     if lacking:
         raise CheckpointMismatchError(
             f"the graph's selection {selector!r} names {len(lacking)} variable{'s' if len(lacking) > 1 else ''} "
@@ -80,34 +77,25 @@ def slim(checkpoint, keep, output, *, graph=None, memory_budget=None, overwrite=
     kept = sorted(kept)
     kept_set = set(kept)
     dropped = tuple(n for n in sorted(source_catalog.all_names) if n not in kept_set)
-
     output = os.fspath(output)
     _check_output(source, output, overwrite)
-    sizes = {name: catalog_module.value_bytes(tuple(shapes[name]), dtypes[name]) for name in kept}
-    budget = memory_budget or max(max(sizes.values(), default=0), MIN_MEMORY_BUDGET)
-    shards = _pack(kept, sizes, budget)
-
     parent = os.path.dirname(output)
     if parent:
-        tf.io.gfile.makedirs(parent)
-    workspace = os.path.join(parent or ".", f".{os.path.basename(output)}.slim-{uuid.uuid4().hex[:8]}")
-    try:
-        _write_shards(reader, dtypes, shards, workspace, output)
-    except tf.errors.OpError as error:
-        message = (getattr(error, "message", "") or str(error)).strip().splitlines()[0]
-        raise CorruptCheckpointError(f"cannot slim '{source}' into '{output}': {message}") from error
-    finally:
-        if tf.io.gfile.exists(workspace):
-            tf.io.gfile.rmtree(workspace)
-    _verify(reader, output, kept)
-
+        os.makedirs(parent, exist_ok=True)
+    with tf_bundle.BundleReader(source) as reader:
+        with tf_bundle.BundleWriter(output) as writer:
+            for name in kept:
+                writer.add(name, reader.read(name))
+        _verify(reader, output, kept)
+        specs = {name: reader.spec(name) for name in kept}
+    records = source_catalog.records_by_name
     write_manifest(
         output,
         manifest_content(
             selector=repr(selector),
             variables=[
-                {"name": n, "checkpoint_name": n, "shape": list(shapes[n]), "dtype": dtypes[n].name,
-                 "bytes": sizes[n], "parts": 1}
+                {"name": n, "checkpoint_name": n, "shape": list(specs[n].shape), "dtype": specs[n].dtype,
+                 "bytes": records[n].nbytes, "parts": 1}
                 for n in kept
             ],
             initialized=[],
@@ -115,6 +103,9 @@ def slim(checkpoint, keep, output, *, graph=None, memory_budget=None, overwrite=
             dropped=list(dropped),
         ),
     )
+    directory = parent or "."
+    state = tf_state.read_state(directory)
+    tf_state.write_state(directory, output, () if state is None else state.kept)
     return SlimReport(
         source=source,
         output=output,
@@ -123,89 +114,50 @@ def slim(checkpoint, keep, output, *, graph=None, memory_budget=None, overwrite=
         dropped=dropped,
         source_bytes=checkpoint_file_bytes(source),
         output_bytes=checkpoint_file_bytes(output),
-        data_files=len(shards),
+        data_files=len(glob.glob(glob.escape(output) + ".data-*")),
         verified=True,
     )
 
 
 def checkpoint_file_bytes(prefix) -> int:
     """Bytes of a checkpoint's ``.index`` and ``.data-*`` files on disk."""
-    import tensorflow as tf
-
-    files = tf.io.gfile.glob(f"{prefix}.data-*") + [f"{prefix}.index"]
-    return sum(tf.io.gfile.stat(path).length for path in files if tf.io.gfile.exists(path))
+    files = glob.glob(glob.escape(prefix) + ".data-*") + [f"{prefix}.index"]
+    return sum(os.path.getsize(path) for path in files if os.path.exists(path))
 
 
 def _check_output(source, output, overwrite):
-    import tensorflow as tf
-
     if os.path.abspath(output) == os.path.abspath(source):
         raise ValueError(f"output '{output}' is the source checkpoint; write the slim checkpoint to a new prefix")
-    if tf.io.gfile.isdir(output):
+    if os.path.isdir(output):
         raise IsADirectoryError(f"output '{output}' is a directory; name a checkpoint prefix such as '{output}/model'")
-    existing = tf.io.gfile.glob(f"{output}.data-*") + [p for p in (f"{output}.index",) if tf.io.gfile.exists(p)]
+    existing = sorted(glob.glob(glob.escape(output) + ".data-*")) + [p for p in (f"{output}.index",)
+                                                                     if os.path.exists(p)]
     if existing and not overwrite:
         raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force)")
-    for path in existing:
-        tf.io.gfile.remove(path)
-
-
-def _pack(names, sizes, budget) -> list:
-    """Consecutive names in shards of at most ``budget`` bytes (a bigger tensor gets its own)."""
-    shards, current, total = [], [], 0
-    for name in names:
-        if current and total + sizes[name] > budget:
-            shards.append(current)
-            current, total = [], 0
-        current.append(name)
-        total += sizes[name]
-    if current:
-        shards.append(current)
-    return shards
-
-
-def _write_shards(reader, dtypes, shards, workspace, output):
-    """SaveV2 one shard at a time (only its values in memory), then merge into ``output``."""
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default():
-        prefix_feed = tf.compat.v1.placeholder(tf.string, [], name="prefix")
-        writers = []
-        for names in shards:
-            feeds = [tf.compat.v1.placeholder(dtypes[name], name=None) for name in names]
-            save = tf.raw_ops.SaveV2(prefix=prefix_feed, tensor_names=names, shape_and_slices=[""] * len(names),
-                                     tensors=feeds)
-            writers.append((names, feeds, save))
-        prefixes = [os.path.join(workspace, f"shard-{index:05d}") for index in range(len(shards))]
-        merge = tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=prefixes, destination_prefix=output,
-                                              delete_old_dirs=True)
-    with tf.compat.v1.Session(graph=graph) as sess:
-        for (names, feeds, save), shard_prefix in zip(writers, prefixes):
-            values = {feed: reader.get_tensor(name) for feed, name in zip(feeds, names)}
-            sess.run(save, {prefix_feed: shard_prefix, **values})
-            del values
-        sess.run(merge)
 
 
 def _verify(reader, output, kept):
-    """Re-read ``output`` and compare every tensor with the source, bit for bit, one at a time."""
-    import numpy as np
+    """Re-read every tensor of ``output``, one at a time: its bytes must match the checksum the writer
+    took of the source's bytes, and its shape and dtype the source's."""
+    with tf_bundle.BundleReader(output) as written:
+        names = set(written.names)
+        if names != set(kept):
+            raise CorruptCheckpointError(
+                f"slim checkpoint '{output}' holds {sorted(names ^ set(kept))[:5]} unexpectedly; it was not completed"
+            )
+        for name in kept:
+            value = written.read(name)  # CorruptCheckpointError if its bytes are not what was written
+            expected = reader.spec(name)
+            if tuple(value.shape) != tuple(expected.shape) or written.spec(name).dtype != expected.dtype:
+                raise CorruptCheckpointError(f"slim checkpoint '{output}': tensor {name} differs from the source")
+            del value
 
-    written = catalog_module.open_checkpoint(output)
-    names = set(written.get_variable_to_shape_map())
-    if names != set(kept):
-        raise CorruptCheckpointError(
-            f"slim checkpoint '{output}' holds {sorted(names ^ set(kept))[:5]} unexpectedly; it was not completed"
-        )
-    for name in kept:
-        original, copy = reader.get_tensor(name), written.get_tensor(name)
-        if original.dtype == object or copy.dtype == object:
-            same = original.shape == copy.shape and original.tolist() == copy.tolist()
-        else:
-            same = (original.dtype == copy.dtype and original.shape == copy.shape
-                    and np.array_equal(np.ascontiguousarray(original).reshape(-1).view(np.uint8),
-                                       np.ascontiguousarray(copy).reshape(-1).view(np.uint8)))
-        del original, copy  # hold one tensor (and its copy) at a time
-        if not same:
-            raise CorruptCheckpointError(f"slim checkpoint '{output}': tensor {name} differs from the source")
+
+def same_values(first, second) -> bool:
+    """Bit-for-bit equality of two arrays (NaNs included; strings compared as bytes)."""
+    if first.dtype != second.dtype or first.shape != second.shape:
+        return False
+    if first.dtype == object:
+        return first.tolist() == second.tolist()
+    return np.array_equal(np.ascontiguousarray(first).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(second).reshape(-1).view(np.uint8))

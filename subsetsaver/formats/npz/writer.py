@@ -23,7 +23,7 @@ import struct
 import zlib
 
 from ...errors import UnsupportedDtypeError
-from ...version import __version__
+from ...version import versions
 from .. import atomic
 from .format import (
     ALIGNMENT,
@@ -100,7 +100,7 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
             arrays=tuple(entries),
             selector=selector,
             metadata=dict(metadata or {}),
-            versions=_versions(),
+            versions=versions(),
             written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             checksum=checksum,
         )
@@ -164,25 +164,6 @@ class _FinishedFuture:
 
     def result(self):
         return self._value
-
-
-def _versions() -> dict:
-    import platform
-    import sys
-
-    import numpy as np
-
-    tensorflow = sys.modules.get("tensorflow")
-    tf_version = getattr(tensorflow, "__version__", None)
-    if tf_version is None:
-        try:
-            import importlib.metadata
-
-            tf_version = importlib.metadata.version("tensorflow")
-        except Exception:  # not installed: the file format does not need it
-            tf_version = None
-    return {"subsetsaver": __version__, "tensorflow": tf_version, "numpy": np.__version__,
-            "python": platform.python_version()}
 
 
 class ZipWriter:

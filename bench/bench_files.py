@@ -1,0 +1,113 @@
+"""File commands on a 1 GB checkpoint, each a whole cold process, against TensorFlow's own tools.
+
+- ``subsetsaver inspect CKPT`` against ``python -m tensorflow.python.tools.inspect_checkpoint``
+  (both list every tensor's name, dtype and shape);
+- ``subsetsaver slim CKPT --keep ...`` (copy two thirds, verify) and ``subsetsaver convert CKPT
+  OUT.safetensors``, against a TensorFlow script that loads the same tensors with
+  ``tf.train.load_checkpoint`` and writes them with ``SaveV2``; the note gives each side's peak
+  resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor.
+
+Sides alternate; each line is the median of 3 runs. Run: ``python bench/bench_files.py``
+(smaller: ``SUBSETSAVER_BENCH_GB=0.25``).
+"""
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.report import print_line  # noqa: E402
+
+GIGABYTES = float(os.environ.get("SUBSETSAVER_BENCH_GB", "1.0"))
+TENSOR_MB = 64
+RUNS = 3
+
+TF_COPY = """
+import sys
+import tensorflow as tf
+prefix, output = sys.argv[1], sys.argv[2]
+reader = tf.train.load_checkpoint(prefix)
+names = sorted(n for n in reader.get_variable_to_shape_map() if not n.endswith("/Adam"))
+tf.raw_ops.SaveV2(prefix=output, tensor_names=names, shape_and_slices=[""] * len(names),
+                  tensors=[reader.get_tensor(n) for n in names])
+"""
+
+
+def timed(command):
+    """(seconds, peak resident bytes) of one child process."""
+    import time
+
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{command} failed")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def paired(ours, theirs, cleanup=lambda: None):
+    """Medians of alternating runs: ((seconds, peak), (seconds, peak))."""
+    results = {"ours": [], "theirs": []}
+    for _ in range(RUNS):
+        for side, command in (("ours", ours), ("theirs", theirs)):
+            cleanup()
+            results[side].append(timed(command))
+    return tuple((statistics.median(s for s, _ in runs), max(p for _, p in runs))
+                 for runs in (results["ours"], results["theirs"]))
+
+
+def run(report=print_line):
+    import numpy as np
+
+    directory = tempfile.mkdtemp(prefix="subsetsaver-files-")
+    try:
+        count = max(3, int(GIGABYTES * 1024 / TENSOR_MB))
+        prefix = os.path.join(directory, "model")
+        from subsetsaver.formats import tf_bundle
+
+        rows = TENSOR_MB * 2**20 // 4 // 1024
+        with tf_bundle.BundleWriter(prefix) as writer:  # a third of the tensors are 'Adam' slots
+            for index in range(count):
+                name = f"layer_{index // 3}/w" + ("/Adam" if index % 3 == 2 else f"_{index % 3}")
+                writer.add(name, np.full((rows, 1024), index, np.float32))
+        size = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+        ours_cli = [sys.executable, "-m", "subsetsaver"]
+        (ours, _), (theirs, _) = paired(
+            ours_cli + ["inspect", prefix],
+            [sys.executable, "-m", "tensorflow.python.tools.inspect_checkpoint", f"--file_name={prefix}"])
+        report(f"inspect {size / 2**30:.2f} GB checkpoint, cold process", ours, theirs,
+               "vs python -m tensorflow.python.tools.inspect_checkpoint")
+
+        slim_out = os.path.join(directory, "out", "slim")
+        tf_out = os.path.join(directory, "out", "tf")
+
+        def clean():
+            shutil.rmtree(os.path.join(directory, "out"), ignore_errors=True)
+            os.makedirs(os.path.join(directory, "out"))
+            os.sync()
+
+        (ours, ours_peak), (theirs, theirs_peak) = paired(
+            ours_cli + ["slim", prefix, "--keep", "~name('*/Adam')", "-o", slim_out],
+            [sys.executable, "-c", TF_COPY, prefix, tf_out], clean)
+        note = (f"{size * 2 / 3 / 2**30:.2f} GB written and verified; peak RSS ours {ours_peak / 2**20:.0f} MB, "
+                f"TensorFlow {theirs_peak / 2**20:.0f} MB; largest tensor {TENSOR_MB} MB")
+        report("slim two thirds of it (ours verifies every tensor)", ours, theirs, note)
+        (ours, ours_peak), (theirs, theirs_peak) = paired(
+            ours_cli + ["convert", prefix, os.path.join(directory, "out", "m.safetensors"),
+                        "--keep", "~name('*/Adam')"],
+            [sys.executable, "-c", TF_COPY, prefix, tf_out], clean)
+        report("convert two thirds of it to safetensors", ours, theirs,
+               f"peak RSS ours {ours_peak / 2**20:.0f} MB (safetensors' writer holds what it writes), "
+               f"TensorFlow {theirs_peak / 2**20:.0f} MB")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run()
