@@ -17,7 +17,7 @@ import json
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import atomic, npz, safetensors_file, tf_bundle, tf_state
+from ..formats import atomic, npz, paths, safetensors_file, tf_bundle, tf_state
 from ..formats.tf_index import check_declared_sizes
 from .records import Catalog, CatalogEntry, value_bytes
 from .roles import Roles
@@ -32,7 +32,7 @@ def checkpoint_prefix(path) -> str:
     error that names them, never "no checkpoint".
     """
     path = os.fspath(path)
-    if _is_directory(path):
+    if paths.is_directory(path):
         latest = tf_state.latest_checkpoint(path)
         if latest is None:
             raise unlisted_checkpoints_error(path) or CheckpointNotFoundError(
@@ -44,7 +44,7 @@ def checkpoint_prefix(path) -> str:
             path = path[: -len(suffix)]
     if ".data-" in path.rsplit("/", 1)[-1]:
         path = path[: path.rindex(".data-")]
-    if not _exists(path + ".index"):
+    if not paths.exists(path + ".index"):
         raise CheckpointNotFoundError(f"no checkpoint at '{path}' (expected '{path}.index')")
     return path
 
@@ -61,22 +61,6 @@ def unlisted_checkpoints_error(directory):
         f"no 'checkpoint' state file naming the latest; pass a prefix such as '{prefixes[-1]}', or write the "
         "state file with tf.train.update_checkpoint_state"
     )
-
-
-def _is_directory(path) -> bool:
-    if atomic.is_local(path):
-        return os.path.isdir(atomic.local_path(path))
-    import tensorflow as tf
-
-    return tf.io.gfile.isdir(path)
-
-
-def _exists(path) -> bool:
-    if atomic.is_local(path):
-        return os.path.exists(atomic.local_path(path))
-    import tensorflow as tf
-
-    return tf.io.gfile.exists(path)
 
 
 def checkpoint_catalog(path) -> Catalog:

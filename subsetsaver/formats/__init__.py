@@ -7,6 +7,7 @@
 - ``npz``: the portable ``.npz`` checkpoint format (a package: format, writer, reader, ...).
 - ``npz_state``: ``checkpoint_npz.json``, the state file of a directory of portable
   checkpoints (the latest file, the kept ones).
+- ``paths``: file-system questions (exists, list, read) for local paths and ``tf.io.gfile`` ones.
 - ``safetensors_file``: safetensors files (through the ``safetensors`` package), for PyTorch and JAX.
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
 - ``tf_bundle``: TensorFlow's checkpoint files (tensor bundles: ``.index`` and ``.data-*``),
@@ -29,4 +30,4 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["atomic", "npz", "npz_state", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index", "tf_state", "writer_lock"]
+__all__ = ["atomic", "npz", "npz_state", "paths", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index", "tf_state", "writer_lock"]

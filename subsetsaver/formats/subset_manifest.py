@@ -23,7 +23,7 @@ import os
 
 from ..errors import CorruptCheckpointError
 from ..version import versions
-from . import atomic
+from . import atomic, paths
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
@@ -76,7 +76,7 @@ def read_manifest(prefix) -> dict | None:
     """The manifest beside ``prefix``, or None when there is none."""
     path = manifest_path(prefix)
     try:
-        data = _read(path)
+        data = paths.read_bytes(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None
     try:
@@ -90,27 +90,4 @@ def read_manifest(prefix) -> dict | None:
 
 def remove_manifest(prefix) -> None:
     """Delete the manifest beside ``prefix`` if there is one (e.g. after the Saver retired it)."""
-    path = manifest_path(prefix)
-    if atomic.is_local(path):
-        try:
-            os.remove(atomic.local_path(path))
-        except FileNotFoundError:
-            pass
-        return
-    import tensorflow as tf
-
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
-
-
-def _read(path) -> bytes:
-    """The manifest's bytes (at most 64 MiB); FileNotFoundError when there is none."""
-    if atomic.is_local(path):
-        with open(atomic.local_path(path), "rb") as handle:
-            return handle.read(MAX_MANIFEST_BYTES)
-    import tensorflow as tf
-
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(path)
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        return handle.read(MAX_MANIFEST_BYTES)
+    paths.remove(manifest_path(prefix))

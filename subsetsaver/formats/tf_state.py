@@ -27,7 +27,7 @@ import dataclasses
 import os
 import re
 
-from . import atomic
+from . import atomic, paths
 
 STATE_FILENAME = "checkpoint"
 TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (formats.atomic)
@@ -48,7 +48,7 @@ def read_state(directory, filename=STATE_FILENAME) -> CheckpointState | None:
     """The state file of ``directory``, or None when it is missing, unreadable or names nothing."""
     path = _join(directory, filename)
     try:
-        data = _read(path)
+        data = paths.read_bytes(path, MAX_STATE_BYTES)
     except OSError:
         return None
     fields = {"model_checkpoint_path": [], "all_model_checkpoint_paths": []}
@@ -66,7 +66,7 @@ def read_state(directory, filename=STATE_FILENAME) -> CheckpointState | None:
 def latest_checkpoint(directory, filename=STATE_FILENAME):
     """The latest prefix the state file names, if its ``.index`` exists (``tf.train.latest_checkpoint``)."""
     state = read_state(directory, filename)
-    if state is None or not _exists(state.latest + ".index"):
+    if state is None or not paths.exists(state.latest + ".index"):
         return None
     return state.latest
 
@@ -85,7 +85,7 @@ def unlisted_checkpoints(directory) -> list:
     """Prefixes of the checkpoints (``*.index``) in ``directory``, sorted; for saying what a missing
     state file leaves unnamed."""
     try:
-        names = _listdir(directory)
+        names = paths.list_directory(directory)
     except OSError:
         return []
     return sorted(_join(directory, name[:-len(".index")]) for name in names
@@ -118,35 +118,3 @@ def _escape(text):
 
 def _unescape(text):
     return codecs.escape_decode(text.encode("utf-8"))[0].decode("utf-8", "replace")
-
-
-def _read(path) -> bytes:
-    if atomic.is_local(path):
-        with open(atomic.local_path(path), "rb") as handle:
-            return handle.read(MAX_STATE_BYTES)
-    import tensorflow as tf
-
-    try:
-        with tf.io.gfile.GFile(path, "rb") as handle:
-            return handle.read(MAX_STATE_BYTES)
-    except tf.errors.OpError as error:
-        raise OSError(str(error)) from error
-
-
-def _exists(path) -> bool:
-    if atomic.is_local(path):
-        return os.path.exists(atomic.local_path(path))
-    import tensorflow as tf
-
-    return tf.io.gfile.exists(path)
-
-
-def _listdir(directory) -> list:
-    if atomic.is_local(directory):
-        return os.listdir(atomic.local_path(directory) or ".")
-    import tensorflow as tf
-
-    try:
-        return tf.io.gfile.listdir(directory)
-    except tf.errors.OpError as error:
-        raise OSError(str(error)) from error
