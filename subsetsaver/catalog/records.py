@@ -73,6 +73,7 @@ class Catalog:
         self._roles = None
         self._records = None
         self._op_graph = None
+        self._matching = {}  # selector leaf -> the names it matches (see names_matching)
 
     # -- what selectors ask -------------------------------------------------------
     def in_order(self, names) -> list:
@@ -115,6 +116,17 @@ class Catalog:
         if self._op_graph is None and self.graph is not None:
             self._op_graph = OpGraph(self.graph.as_graph_def())
         return self._op_graph
+
+    def names_matching(self, key, matches) -> frozenset:
+        """The names for which ``matches(name)`` holds, computed once per ``key`` (a selector leaf: a
+        pattern runs over every name once per catalog, however often a selector is resolved)."""
+        found = self._matching.get(key)
+        if found is None:
+            found = frozenset(name for name in self.all_names if matches(name))
+            if len(self._matching) >= _MATCHES_KEPT:
+                self._matching.pop(next(iter(self._matching)))
+            self._matching[key] = found
+        return found
 
     def entry(self, name) -> CatalogEntry:
         """What the reader knew of ``name`` (shape, dtype, bytes, parts), before roles were joined in."""
@@ -188,4 +200,5 @@ def value_bytes(shape, dtype) -> int:
     return math.prod(shape) * itemsize
 
 
+_MATCHES_KEPT = 256
 _ITEMSIZES = {data_type.name: data_type.itemsize for data_type in bundle_dtypes.DATA_TYPES}

@@ -232,8 +232,8 @@ class Scope(_Leaf):
     def evaluate(self, catalog):
         if not self.path:
             return catalog.all_names
-        under = self.path + "/"
-        return frozenset(n for n in catalog.all_names if n.startswith(under) or n == self.path)
+        under, path = self.path + "/", self.path
+        return _matching(catalog, self, lambda name: name.startswith(under) or name == path)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -247,8 +247,8 @@ class Name(_Leaf):
         glob_matcher(self.pattern)  # a glob too large for RE2 fails here, not when resolved
 
     def evaluate(self, catalog):
-        matches = glob_matcher(self.pattern)  # fnmatch.fnmatchcase, in time linear in the glob and the name
-        return frozenset(n for n in catalog.all_names if matches(n))
+        # fnmatch.fnmatchcase, in time linear in the glob and the name
+        return _matching(catalog, self, glob_matcher(self.pattern))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -267,8 +267,7 @@ class Regex(_Leaf):
         compile_regex(self.pattern)
 
     def evaluate(self, catalog):
-        matches = regex_matcher(self.pattern)
-        return frozenset(n for n in catalog.all_names if matches(n))
+        return _matching(catalog, self, regex_matcher(self.pattern))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -517,6 +516,15 @@ BUILTINS = {
 # ---------------------------------------------------------------------------------
 # Helpers shared with the rest of the library
 # ---------------------------------------------------------------------------------
+
+
+def _matching(catalog, leaf, matches) -> frozenset:
+    """The names of ``catalog`` that ``matches``: once per catalog and leaf when the catalog caches
+    (:meth:`subsetsaver.catalog.Catalog.names_matching`), else over every name."""
+    cached = getattr(catalog, "names_matching", None)
+    if cached is not None:
+        return cached(leaf, matches)
+    return frozenset(name for name in catalog.all_names if matches(name))
 
 
 def format_bytes(count: int) -> str:
