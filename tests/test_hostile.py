@@ -26,6 +26,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from regex_cases import POSSESSIVE, loop_patterns
 
 import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
@@ -333,32 +334,14 @@ LOOP_SCRIPT = textwrap.dedent("""
 """)
 
 
-def random_loop_patterns(seed, count):
-    """Random patterns whose every choice sits inside an unbounded repetition: Python's re at its worst."""
-    import random
-
-    rng = random.Random(seed)
-    pieces = ["a", "b", "_", "/", r"\w", ".", "[ab]", "[^/]", "a?"]
-
-    def body(depth):
-        roll = rng.random()
-        if depth > 3 or roll < 0.3:
-            return rng.choice(pieces)
-        if roll < 0.55:
-            return "".join(body(depth + 1) for _ in range(rng.randint(2, 3)))
-        if roll < 0.7:
-            return "(" + "|".join(body(depth + 1) for _ in range(rng.randint(2, 3))) + ")"
-        return "(" + body(depth + 1) + ")" + rng.choice(["*", "+", "?", "{1,3}", "*?", "+?", "*+", "++", "{2,}"])
-
-    return ["(" + body(0) + ")" + rng.choice(["*", "+", "{2,}", "*?"]) + rng.choice(["", "$", "x", "!"])
-            for _ in range(count)]
+LOOP_QUANTIFIERS = ("*", "+", "?", "{1,3}", "*?", "+?", *POSSESSIVE, "{2,}")
 
 
 def test_random_loop_patterns_run_in_time_over_names_built_to_be_slow():
     """Every random loop pattern is accepted but for a possessive quantifier, and all the accepted ones
     run over runs of 300 repeated characters in a child, within a generous budget."""
     accepted, refused = [], []
-    for pattern in random_loop_patterns(seed=7, count=400):
+    for pattern in loop_patterns(seed=7, count=400, inner_quantifiers=LOOP_QUANTIFIERS):
         try:
             ss.regex(pattern)
         except UnsupportedRegexError as error:
@@ -366,7 +349,7 @@ def test_random_loop_patterns_run_in_time_over_names_built_to_be_slow():
             assert str(error).startswith("regex() runs on RE2, which has no possessive quantifiers: "), str(error)
         else:
             accepted.append(pattern)
-    assert refused == [p for p in random_loop_patterns(seed=7, count=400) if "*+" in p or "++" in p]
+    assert refused == [p for p in loop_patterns(seed=7, count=400, inner_quantifiers=LOOP_QUANTIFIERS) if "*+" in p or "++" in p]
     assert len(accepted) == 400 - len(refused) > 250, len(accepted)
     texts = [(unit * 300)[:300] + end for unit in ["a", "_", "/", "ab", "a_", "a/", "aab"] for end in ["!", "\n"]]
     child = subprocess.Popen([sys.executable, "-c", LOOP_SCRIPT, json.dumps(accepted), json.dumps(texts)],

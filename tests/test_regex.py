@@ -8,7 +8,6 @@ a slow machine is not). Run ``SUBSETSAVER_FUZZ_EXAMPLES=5000`` for a longer fuzz
 import fnmatch
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 import re2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from regex_cases import loop_patterns
 
 import subsetsaver as ss
 from subsetsaver.errors import InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError
@@ -283,25 +283,6 @@ EXPECTED = {  # the right answer without a backtracking regex, for the patterns 
     "(a+)+$": lambda n: before_final_newline(n).endswith("a"),
     r"(\w+)+$": lambda n: re.search(r"\w$", n) is not None,
 }
-
-
-def loop_patterns(seed, count):
-    """Random patterns whose every choice sits inside an unbounded repetition: Python's worst case."""
-    rng = random.Random(seed)
-    pieces = ["a", "b", "_", "/", r"\w", ".", "[ab]", "[^/]", "a?"]
-
-    def body(depth):
-        roll = rng.random()
-        if depth > 3 or roll < 0.3:
-            return rng.choice(pieces)
-        if roll < 0.55:
-            return "".join(body(depth + 1) for _ in range(rng.randint(2, 3)))
-        if roll < 0.7:
-            return "(" + "|".join(body(depth + 1) for _ in range(rng.randint(2, 3))) + ")"
-        return "(" + body(depth + 1) + ")" + rng.choice(["*", "+", "?", "{1,3}", "*?", "+?", "{2,}"])
-
-    return ["(" + body(0) + ")" + rng.choice(["*", "+", "{2,}", "*?"]) + rng.choice(["", "$", "x", "!"])
-            for _ in range(count)]
 
 
 def slow_names(count, length=300):

@@ -3,7 +3,7 @@
 A checkpoint has no graph, so its catalog has no collections and its roles are
 guessed from names (see :func:`~subsetsaver.catalog.roles.roles_from_names`). Every
 checkpoint opened here has its declared sizes checked first
-(:func:`subsetsaver.formats.tf_index.check_declared_sizes`).
+(:class:`subsetsaver.formats.tf_bundle.BundleReader`).
 
 Example::
 
@@ -17,8 +17,7 @@ import json
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import atomic, npz, paths, safetensors_file, tf_bundle, tf_state
-from ..formats.tf_index import check_declared_sizes
+from ..formats import npz, paths, safetensors_file, tf_bundle, tf_state
 from .records import Catalog, CatalogEntry, value_bytes
 from .roles import Roles
 
@@ -78,30 +77,16 @@ def checkpoint_contents(prefix) -> dict:
     ``tf.train.load_checkpoint`` lists it (a partitioned variable once, with its full shape), after
     the whole index and the data files' sizes are validated; read without TensorFlow and without
     reading a value."""
-    check_declared_sizes(prefix)
-    _require_every_data_file(prefix)
-    with tf_bundle.BundleReader(prefix) as reader:
+    # Data files are checked after the whole index: a damaged index is named before a missing file.
+    with tf_bundle.BundleReader(prefix, require_data_files=False) as reader:
+        missing = [path for path in (tf_bundle.data_path(prefix, shard, reader.num_shards)
+                                     for shard in range(reader.num_shards)) if not paths.exists(path)]
+        if missing:
+            raise CorruptCheckpointError(
+                f"checkpoint '{prefix}' is incomplete: {', '.join(missing)} missing; copy every file of the checkpoint"
+            )
         return {name: (tuple(spec.shape), spec.dtype) for name, spec in reader.specs.items()
                 if name not in _CHECKPOINT_BOOKKEEPING}
-
-
-def _require_every_data_file(prefix):
-    directory, base = os.path.split(prefix)
-    try:
-        names = os.listdir(directory or ".") if atomic.is_local(prefix) else None
-    except OSError:
-        names = []
-    if names is None:
-        return  # remote: the reader names a missing data file itself
-    shards = sorted(name[len(base) + len(".data-"):] for name in names
-                    if name.startswith(base + ".data-") and "-of-" in name and ".tmp-" not in name[len(base):])
-    count = shards[0].rsplit("-of-", 1)[-1] if shards else "00001"
-    wanted = [f"{k:05d}-of-{count}" for k in range(int(count))] if count.isdigit() else []
-    if not wanted or any(shard not in shards for shard in wanted):
-        missing = [f"{prefix}.data-{shard}" for shard in wanted if shard not in shards] or [f"{prefix}.data-*"]
-        raise CorruptCheckpointError(
-            f"checkpoint '{prefix}' is incomplete: {', '.join(missing)} missing; copy every file of the checkpoint"
-        )
 
 
 def npz_catalog(path) -> Catalog:

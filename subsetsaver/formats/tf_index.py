@@ -6,8 +6,8 @@ on restore instead of failing. :func:`check_declared_sizes` opens the checkpoint
 :class:`~subsetsaver.formats.tf_bundle.BundleReader`, which checks the ``.index`` (its
 table, header and every entry: dtype, shape, shard, offset and size) and compares each
 tensor's bytes with its ``.data`` file on disk, never reading a value, and without
-TensorFlow for local files. :func:`subsetsaver.catalog.checkpoint_contents` runs it on every
-checkpoint it opens.
+TensorFlow for local files. :func:`subsetsaver.catalog.checkpoint_contents` makes the same
+checks on every checkpoint it opens.
 
 Example::
 
@@ -20,18 +20,16 @@ from .tf_bundle import BundleReader
 from .tf_bundle.files import whole_file
 
 
-def check_declared_sizes(prefix, reader=None) -> None:
+def check_declared_sizes(prefix) -> None:
     """CorruptCheckpointError unless every tensor of checkpoint ``prefix`` fits the bytes stored for it.
 
     A tensor whose shape x dtype size is not the size of its entry, or whose entry ends past
     the end of its ``.data`` file, is truncated or tampered; so is an ``.index`` that fails its
     own checks (see :mod:`subsetsaver.formats.tf_bundle.index`). Tensors in a missing ``.data``
-    file are left to the caller (it names the missing file). ``reader`` (a TensorFlow
-    CheckpointReader of the same files) is accepted for older callers and not needed.
+    file are left to the caller (it names the missing file).
 
     >>> check_declared_sizes('train/model-9000')  # None, or CorruptCheckpointError
     """
-    del reader
     with BundleReader(prefix, require_data_files=False):
         pass
 

@@ -25,8 +25,6 @@ import dataclasses
 import glob
 import os
 
-import numpy as np
-
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, CorruptCheckpointError
 from ..formats import tf_bundle, tf_state
@@ -82,12 +80,16 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     parent = os.path.dirname(output)
     if parent:
         os.makedirs(parent, exist_ok=True)
+    written = {}
     with tf_bundle.BundleReader(source) as reader:
         with tf_bundle.BundleWriter(output) as writer:
             for name in kept:
-                writer.add(name, reader.read(name))
-        _verify(reader, output, kept)
+                value = reader.read(name)
+                writer.add(name, value)
+                written[name] = (value.shape, value.dtype)
+                del value  # one tensor in memory at a time
         specs = {name: reader.spec(name) for name in kept}
+    verify_written(output, written)
     records = source_catalog.records_by_name
     write_manifest(
         output,
@@ -136,28 +138,19 @@ def _check_output(source, output, overwrite):
         raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force)")
 
 
-def _verify(reader, output, kept):
-    """Re-read every tensor of ``output``, one at a time: its bytes must match the checksum the writer
-    took of the source's bytes, and its shape and dtype the source's."""
+def verify_written(output, expected, parts=()) -> None:
+    """Re-read every tensor of the checkpoint ``output``, one at a time: its bytes must match the checksum
+    the writer took of the source's bytes, and its shape and dtype ``expected`` (name -> (shape, dtype)).
+    ``output`` must hold exactly those names and ``parts`` (tensors written as parts, not read whole).
+    CorruptCheckpointError otherwise."""
     with tf_bundle.BundleReader(output) as written:
-        names = set(written.names)
-        if names != set(kept):
+        names, wanted = set(written.names), set(expected) | set(parts)
+        if names != wanted:
             raise CorruptCheckpointError(
-                f"slim checkpoint '{output}' holds {sorted(names ^ set(kept))[:5]} unexpectedly; it was not completed"
+                f"checkpoint '{output}' holds {sorted(names ^ wanted)[:5]} unexpectedly; it was not completed"
             )
-        for name in kept:
+        for name, (shape, dtype) in expected.items():
             value = written.read(name)  # CorruptCheckpointError if its bytes are not what was written
-            expected = reader.spec(name)
-            if tuple(value.shape) != tuple(expected.shape) or written.spec(name).dtype != expected.dtype:
-                raise CorruptCheckpointError(f"slim checkpoint '{output}': tensor {name} differs from the source")
+            if value.shape != tuple(shape) or value.dtype != dtype:
+                raise CorruptCheckpointError(f"checkpoint '{output}': tensor {name} differs from the source")
             del value
-
-
-def same_values(first, second) -> bool:
-    """Bit-for-bit equality of two arrays (NaNs included; strings compared as bytes)."""
-    if first.dtype != second.dtype or first.shape != second.shape:
-        return False
-    if first.dtype == object:
-        return first.tolist() == second.tolist()
-    return np.array_equal(np.ascontiguousarray(first).reshape(-1).view(np.uint8),
-                          np.ascontiguousarray(second).reshape(-1).view(np.uint8))
