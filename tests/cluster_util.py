@@ -73,6 +73,7 @@ os._exit(0)  # skip TensorFlow's slow interpreter shutdown
 # when no step is reported for STALL_TIMEOUT seconds (importing TensorFlow on a 2-core box that other jobs
 # keep busy can take minutes) or when the launcher exits; START_TIMEOUT bounds the whole start.
 STALL_TIMEOUT = 300.0
+FORKED_TASK_TIMEOUT = 90.0  # from the import to every task's 'ready': a gRPC server starts in seconds
 START_TIMEOUT = 900.0
 STOP_TIMEOUT = 10.0      # seconds between closing stdin, SIGTERM and SIGKILL
 ATTEMPTS = 4             # port clashes are retried with fresh ports
@@ -183,12 +184,16 @@ class LocalCluster:
         self.task_pids = {}
         wanted = sum(len(addresses) for addresses in spec.values())
         started = last_step = time.monotonic()
+        imported = False
         stream = self._launcher.stdout
         while len(self.task_pids) < wanted:
             now = time.monotonic()
-            if now - last_step > self.stall_timeout:
-                raise ClusterStartError(f"the cluster reported no progress for {self.stall_timeout:.0f} s"
-                                        f"{_tail(self._log)}")
+            limit = FORKED_TASK_TIMEOUT if imported else self.stall_timeout
+            if now - last_step > limit:
+                # After the import, a task that never reports ready is a fork that deadlocked on a lock one of
+                # TensorFlow's threads held: worth a fresh start, like a port clash.
+                raise ClusterStartError(f"the cluster reported no progress for {limit:.0f} s{_tail(self._log)}",
+                                        clash=imported)
             if now - started > self.start_timeout:
                 raise ClusterStartError(f"the cluster was not ready after {self.start_timeout:.0f} s{_tail(self._log)}")
             readable, _, _ = select.select([stream], [], [], 0.5)
@@ -202,6 +207,7 @@ class LocalCluster:
             if int(pid) not in self.pids:
                 self.pids.append(int(pid))
             if status == "progress":
+                imported = imported or " ".join(message).startswith("imported")
                 continue
             if status == "failed":
                 text = " ".join(message)
