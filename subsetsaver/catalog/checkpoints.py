@@ -112,13 +112,43 @@ def safetensors_catalog(path) -> Catalog:
     return Catalog(entries, {}, kind="checkpoint", roles=None if recorded is None else (lambda catalog: recorded))
 
 
+def file_format(path) -> str:
+    """'npz', 'safetensors' or 'name' (a TensorFlow checkpoint prefix, file of it, or directory), by name."""
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        return "npz"
+    if path.endswith(safetensors_file.SUFFIX):
+        return "safetensors"
+    return "name"
+
+
+def read_tensors(path, names):
+    """Yield ``(name, array)`` for each of ``names`` (catalog names) of the checkpoint file ``path``
+    (any format :func:`file_catalog` reads; a TensorFlow checkpoint by its prefix), one at a time.
+
+    >>> dict(read_tensors('train/model-9000', ['global_step']))
+    {'global_step': array(9000)}
+    """
+    source_format = file_format(path)
+    if source_format == "name":
+        with tf_bundle.BundleReader(path) as reader:
+            for name in names:
+                yield name, reader.read(name)
+    elif source_format == "npz":
+        with npz.Archive(path) as archive:
+            for name in names:
+                yield name, archive.load([name])[name]
+    else:
+        yield from safetensors_file.read(path, names)
+
+
 def file_catalog(path) -> Catalog:
     """The catalog of a checkpoint file of any format subsetsaver reads: a TensorFlow checkpoint
     (prefix, file of it or directory), a portable ``.npz``, or a ``.safetensors`` file."""
-    path = os.fspath(path)
-    if path.endswith(".npz"):
+    source_format = file_format(path)
+    if source_format == "npz":
         return npz_catalog(path)
-    if path.endswith(safetensors_file.SUFFIX):
+    if source_format == "safetensors":
         return safetensors_catalog(path)
     return checkpoint_catalog(path)
 

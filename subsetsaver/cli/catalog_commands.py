@@ -7,7 +7,6 @@ import click
 from .. import catalog
 from ..formats import subset_manifest
 from ..selectors import format_bytes, parse
-from ..tools import convert
 from .output import (
     RECORD_ALIGN,
     RECORD_HEADERS,
@@ -29,11 +28,11 @@ from .output import (
 def inspect_command(checkpoint, keep, values_of, stats, as_json):
     """List the tensors of CHECKPOINT (a TensorFlow checkpoint, .npz or .safetensors file) with bytes,
     totals per top-level scope, optimizer state and the subset manifest."""
-    source_format = convert.format_of(checkpoint)
+    source_format = catalog.file_format(checkpoint)
     source = catalog.checkpoint_prefix(checkpoint) if source_format == "name" else checkpoint
     cat = catalog.file_catalog(source)
     if values_of is not None:
-        _echo_values(source, source_format, cat, values_of, as_json)
+        _echo_values(source, cat, values_of, as_json)
         return
     names = set(parse(keep).names(cat)) if keep is not None else cat.all_names
     records = [r for r in cat.records if r.name in names]
@@ -45,7 +44,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
     optimizer = [r for r in records if "slot" in r.roles]
     total = sum(r.nbytes for r in records)
     manifest = subset_manifest.read_manifest(source) if source_format == "name" else None
-    statistics = _statistics(source, source_format, records) if stats else None
+    statistics = _statistics(source, records) if stats else None
     if as_json:
         echo_json(
             {
@@ -85,13 +84,13 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
 _FORMAT_NAMES = {"name": "TensorFlow checkpoint", "npz": "portable .npz", "safetensors": "safetensors"}
 
 
-def _echo_values(source, source_format, cat, name, as_json):
+def _echo_values(source, cat, name, as_json):
     import numpy as np
 
     if name not in cat.all_names:
         close = closest_text(name, cat.ordered_names)
         raise click.BadParameter(f"'{source}' has no tensor '{name}'{close}", param_hint="--values")
-    ((_, value),) = convert.read_tensors(source, source_format, [name])
+    ((_, value),) = catalog.read_tensors(source, [name])
     if as_json:
         echo_json({"name": name, "shape": list(np.shape(value)), "dtype": str(value.dtype),
                    "values": np.asarray(value).tolist() if np.size(value) <= 1000 else None})
@@ -100,13 +99,13 @@ def _echo_values(source, source_format, cat, name, as_json):
     click.echo(np.array2string(np.asarray(value), threshold=200, edgeitems=3))
 
 
-def _statistics(source, source_format, records) -> dict:
+def _statistics(source, records) -> dict:
     """name -> {'min', 'max', 'mean', 'std'} (None for strings and empty tensors), one tensor in memory at a time."""
     import numpy as np
 
     found = {}
     names = [r.name for r in records]
-    for name, value in convert.read_tensors(source, source_format, names):
+    for name, value in catalog.read_tensors(source, names):
         array = np.asarray(value)
         if array.size == 0 or array.dtype.kind not in "biuf":
             found[name] = None

@@ -2,6 +2,7 @@
 
 import click
 
+from .. import catalog
 from ..selectors import format_bytes
 from ..tools import convert
 from .output import echo_json, prepare_output
@@ -27,8 +28,8 @@ def convert_command(source, output, keep, to, force, as_json):
       subsetsaver convert train/model-9000 model.npz --keep "~slots()"
       subsetsaver convert model.npz serve/model
     """
-    to = to or convert.format_of(output)
-    source_format = convert.format_of(source)
+    to = to or catalog.file_format(output)
+    source_format = catalog.file_format(source)
     if to == source_format:
         raise click.UsageError(f"OUTPUT '{output}' is a {_KINDS[to]} like SOURCE; name one ending in "
                                + ("'.npz' or '.safetensors'" if to == "name" else "another extension, or a prefix")

@@ -47,24 +47,14 @@ class ConvertReport:
     output_format: str = "npz"
 
 
-def format_of(path) -> str:
-    """'npz', 'safetensors' or 'name' (a TensorFlow checkpoint prefix, file of it, or directory), by name."""
-    path = os.fspath(path)
-    if path.endswith(".npz"):
-        return "npz"
-    if path.endswith(safetensors_file.SUFFIX):
-        return "safetensors"
-    return "name"
-
-
 def convert(source, output, keep=None, to=None) -> ConvertReport:
     """Write the tensors of ``source`` that ``keep`` selects (None: all) to ``output`` in the format
     ``to`` ('name', 'npz', 'safetensors'; None: from ``output``'s extension)."""
     selector = as_selector(keep, "keep")
-    to = to or format_of(output)
+    to = to or catalog_module.file_format(output)
     if to not in FORMATS:
         raise ValueError(f"unknown format {to!r}; the formats are {', '.join(FORMATS)}")
-    source_format = format_of(source)
+    source_format = catalog_module.file_format(source)
     if source_format == "name":
         source = catalog_module.checkpoint_prefix(source)
     source, output = os.fspath(source), os.fspath(output)
@@ -85,7 +75,7 @@ def convert(source, output, keep=None, to=None) -> ConvertReport:
     if to == "name":
         nbytes = _write_checkpoint(source, source_format, kept, output)
     else:
-        arrays = dict(read_tensors(source, source_format, kept))
+        arrays = dict(catalog_module.read_tensors(source, kept))
         nbytes = sum(array.nbytes for array in arrays.values())
         if to == "npz":
             npz.write(output, arrays, selector=repr(selector),
@@ -105,20 +95,6 @@ def npz_to_checkpoint(path, prefix, keep=None) -> ConvertReport:
     return convert(path, prefix, keep, to="name")
 
 
-def read_tensors(source, source_format, names):
-    """Yield ``(name, array)`` of ``source``, one at a time."""
-    if source_format == "name":
-        with tf_bundle.BundleReader(source) as reader:
-            for name in names:
-                yield name, reader.read(name)
-    elif source_format == "npz":
-        with npz.Archive(source) as archive:
-            for name in names:
-                yield name, archive.load([name])[name]
-    else:
-        yield from safetensors_file.read(source, names)
-
-
 def _write_checkpoint(source, source_format, names, prefix) -> int:
     """Stream ``names`` of ``source`` into the TensorFlow checkpoint ``prefix``, read it back, name it latest."""
     regions = {}  # npz arrays that are one part of a partitioned variable: name -> (full shape, offset)
@@ -129,7 +105,7 @@ def _write_checkpoint(source, source_format, names, prefix) -> int:
                 regions[entry.name] = (tuple(shape), tuple(region[0]))
     nbytes, written = 0, {}
     with tf_bundle.BundleWriter(prefix) as writer:
-        for name, array in read_tensors(source, source_format, names):
+        for name, array in catalog_module.read_tensors(source, names):
             if name in regions:
                 writer.add_slice(name, *regions[name], array)
             else:
@@ -153,7 +129,7 @@ def _metadata(selector, cat, kept, source) -> dict:
         "source": os.path.basename(source.rstrip("/")),
         "roles": json.dumps({name: sorted(records[name].roles - {"partitioned"}) for name in kept}),
     }
-    manifest = subset_manifest.read_manifest(source) if format_of(source) == "name" else None
+    manifest = subset_manifest.read_manifest(source) if catalog_module.file_format(source) == "name" else None
     if manifest is not None:
         metadata["subset_manifest"] = json.dumps(manifest)
     return metadata
