@@ -113,7 +113,7 @@ def test_the_entry_point_offers_exactly_these_commands():
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split("Commands:\n", 1)[1].splitlines()
     assert [line.split()[0] for line in listed if line.strip()] == [
-        "audit", "convert", "draw", "inspect", "plan", "select", "slim"]
+        "audit", "average", "convert", "diff", "draw", "inspect", "plan", "rewrite", "select", "slim"]
     assert result.stderr == ""
 
 

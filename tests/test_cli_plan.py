@@ -136,4 +136,4 @@ def test_bad_input_ends_in_one_line_and_exit_2(files, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         main(["plan", "--graph", str(directory / "net.meta"), "--save", "trainable()", "--remap", "model"])
     assert exit_.value.code == 2
-    assert "'model' is not CHECKPOINT_NAME=GRAPH_NAME (e.g. model/=net/)" in capsys.readouterr().err
+    assert "'model' is not OLD=NEW, a scope or name on each side (e.g. model/=net/)" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from .convert_command import convert_command
 from .draw_command import draw_command
 from .plan_commands import plan_command, slim_command
 from .quiet import quiet
+from .tool_commands import average_command, diff_command, rewrite_command
 from .wording import in_flags
 
 __all__ = ["cli", "main"]
@@ -37,7 +38,7 @@ def cli(ctx, verbose):
 
 
 for command in (inspect_command, select_command, plan_command, audit_command, draw_command, slim_command,
-                convert_command):
+                convert_command, rewrite_command, diff_command, average_command):
     cli.add_command(command)
 
 

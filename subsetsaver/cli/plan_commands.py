@@ -8,6 +8,7 @@ from ..planning import plan
 from ..planning.sizes import smaller_text
 from ..selectors import format_bytes
 from ..tools.slim import slim
+from .options import parse_remap
 from .output import (
     RECORD_ALIGN,
     RECORD_HEADERS,
@@ -19,17 +20,6 @@ from .output import (
     record_row,
 )
 from .wording import in_flags
-
-
-def _parse_remap(pairs):
-    remap = {}
-    for pair in pairs:
-        source, separator, target = pair.partition("=")
-        if not separator or not source or not target:
-            raise click.BadParameter(f"{pair!r} is not CHECKPOINT_NAME=GRAPH_NAME (e.g. model/=net/)",
-                                     param_hint="--remap")
-        remap[source] = target
-    return remap or None
 
 
 def _problem_json(problem):
@@ -80,7 +70,7 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
     Exits 1 when CKPT is missing variables or has other shapes or dtypes (unless
     --on-mismatch initialize, which initializes them instead).
     """
-    the_plan = plan(expression, graph, remap=_parse_remap(remap), on_mismatch=on_mismatch)
+    the_plan = plan(expression, graph, remap=parse_remap(remap), on_mismatch=on_mismatch)
     by_name = the_plan.catalog.records_by_name
     report = the_plan.check(checkpoint) if checkpoint else None
     if as_json:

@@ -15,6 +15,8 @@ import ast
 import re
 
 _REMAP = re.compile(r"pass remap=(\{[^}]*\}) to ss\.plan")
+_REMAP_RULES = re.compile(r"remap rule ((?:'[^']*': '[^']*'(?:, )?)+)")
+_RULE = re.compile(r"'([^']*)': '([^']*)'")
 _ALLOW_EMPTY = "Pass allow_empty=True (or use nothing()) if an empty selection is intended."
 ALLOW_EMPTY_COMMANDS = frozenset({"select"})
 
@@ -22,12 +24,18 @@ ALLOW_EMPTY_COMMANDS = frozenset({"select"})
 def in_flags(text, command) -> str:
     """``text`` with Python-call advice replaced by the flags of ``command``."""
     text = _REMAP.sub(_remap_flags, text)
+    text = _REMAP_RULES.sub(_rule_flags, text)
     text = text.replace("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
                         "or: pass --on-mismatch initialize to initialize these variables instead of restoring them")
     text = text.replace("pass overwrite=True (--force)", "pass --force")
     if command in ALLOW_EMPTY_COMMANDS:
         return text.replace(_ALLOW_EMPTY, "Pass --allow-empty (or use nothing()) if an empty selection is intended.")
     return text.replace(_ALLOW_EMPTY, "Use nothing() if an empty selection is intended.")
+
+
+def _rule_flags(match) -> str:
+    """``remap rule 'a/': 'b/', 'w': 'v'`` -> ``--remap a/=b/ --remap w=v``."""
+    return " ".join(f"--remap {old}={new}" for old, new in _RULE.findall(match.group(1)))
 
 
 def _remap_flags(match) -> str:

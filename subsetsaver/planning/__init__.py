@@ -23,7 +23,7 @@ from .averages import AverageRestorer, AverageRestoreReport, average_restore_map
 from .backends import BACKENDS, Backend, backend_class
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
 from .planner import ON_MISMATCH, Plan, plan
-from .remap import checkpoint_names, suggest_remap
+from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
 from .scaffold import initialize_if_uninitialized, scaffold
 from .tf_backend import TfBackend
@@ -50,6 +50,7 @@ __all__ = [
     "first_line",
     "initialize_if_uninitialized",
     "plan",
+    "renamed_names",
     "scaffold",
     "shadow_names",
     "suggest_remap",

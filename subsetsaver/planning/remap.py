@@ -37,20 +37,12 @@ def checkpoint_names(names, remap=None) -> dict:
     names = list(names)
     if not remap:
         return {name: name for name in names}
-    exact, scopes = {}, []
-    for source, target in dict(remap).items():
-        if not isinstance(source, str):
-            raise TypeError(f"remap keys are checkpoint names or scopes (str), got {type(source).__name__}: {source!r}")
-        target = target if isinstance(target, str) else variable_name(target)
-        if source.endswith("/") != target.endswith("/"):
-            raise ValueError(
-                f"remap rule {source!r}: {target!r} mixes a scope and a name; "
-                "map a scope to a scope ('old/': 'new/') or a name to a name ('old/w': 'new/w')"
-            )
-        if source.endswith("/"):
-            scopes.append(("" if source == "/" else source, "" if target == "/" else target, source, target))
-        else:
-            exact[target] = source
+    pairs, scopes = _rules(remap)
+    exact = {}
+    for source, target in pairs:
+        if target in exact:
+            raise ValueError(f"remap reads {target} from both {exact[target]} and {source}; keep one rule for it")
+        exact[target] = source
     scopes.sort(key=lambda rule: len(rule[1]), reverse=True)
     used, result = set(), {}
     for name in names:
@@ -78,6 +70,64 @@ def checkpoint_names(names, remap=None) -> dict:
             raise ValueError(f"remap sends both {taken[key]} and {name} to checkpoint name {key}")
         taken[key] = name
     return result
+
+
+def renamed_names(names, remap=None) -> dict:
+    """Old name -> new name under ``remap`` (``{old: new}`` rules, the same rules as :func:`checkpoint_names`
+    read forwards: a name rule beats a scope rule, the longest matching scope wins, names no rule
+    covers keep theirs). A rule that renames nothing, or two names sent to one, is a ValueError.
+
+    >>> renamed_names(['model/conv/w', 'head/b'], {'model/': 'net/'})
+    {'model/conv/w': 'net/conv/w', 'head/b': 'head/b'}
+    """
+    names = list(names)
+    pairs, scopes = _rules(remap or {})
+    exact = dict(pairs)
+    scopes.sort(key=lambda rule: len(rule[0]), reverse=True)
+    used, result = set(), {}
+    for name in names:
+        if name in exact:
+            result[name] = exact[name]
+            used.add(name)
+            continue
+        for old_scope, new_scope, source, _target in scopes:
+            if name.startswith(old_scope):
+                result[name] = new_scope + name[len(old_scope):]
+                used.add(source)
+                break
+        else:
+            result[name] = name
+    unused = [f"{source!r}: {target!r}" for source, target in exact.items() if source not in used]
+    unused += [f"{source!r}: {target!r}" for _, _, source, target in scopes if source not in used]
+    if unused:
+        raise ValueError(f"remap rule {', '.join(unused)} matches no name; the left-hand side names tensors "
+                         "(or scopes ending in '/') of the checkpoint")
+    taken = {}
+    for name, new in result.items():
+        if new in taken:
+            raise ValueError(f"remap sends both {taken[new]} and {name} to {new}")
+        taken[new] = name
+    return result
+
+
+def _rules(remap):
+    """``([(source name, target name)], [(source scope, target scope, source rule, target rule)])`` of
+    ``remap``; '/' stands for the root, a ``tf.Variable`` for its name."""
+    exact, scopes = [], []
+    for source, target in dict(remap).items():
+        if not isinstance(source, str):
+            raise TypeError(f"remap keys are checkpoint names or scopes (str), got {type(source).__name__}: {source!r}")
+        target = target if isinstance(target, str) else variable_name(target)
+        if source.endswith("/") != target.endswith("/"):
+            raise ValueError(
+                f"remap rule {source!r}: {target!r} mixes a scope and a name; "
+                "map a scope to a scope ('old/': 'new/') or a name to a name ('old/w': 'new/w')"
+            )
+        if source.endswith("/"):
+            scopes.append(("" if source == "/" else source, "" if target == "/" else target, source, target))
+        else:
+            exact.append((source, target))
+    return exact, scopes
 
 
 def suggest_remap(missing, available, *, expected=None, contents=None):

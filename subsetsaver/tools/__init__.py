@@ -1,8 +1,10 @@
 """The file-tools room: whole checkpoints in, new checkpoints out, no graph needed.
 
 ``slim`` writes a checkpoint with only the tensors a selector keeps; ``convert`` turns a
-TensorFlow checkpoint into a portable ``.npz`` file and back. Both verify what they
-wrote, tensor by tensor.
+TensorFlow checkpoint into a portable ``.npz`` or ``.safetensors`` file and back;
+``rewrite`` renames, drops and casts; ``diff`` compares two checkpoints (or a live
+session) tensor by tensor; ``average`` writes the mean of several. What they write goes
+through ``checkpoint_output`` and is verified tensor by tensor.
 
 This room imports ``catalog``, ``selectors``, ``formats``, ``planning`` (the scratch-graph
 writer in ``restore_ops``) and ``errors``.
@@ -14,6 +16,6 @@ Example::
     3.0
 """
 
-from . import convert, slim
+from . import average, checkpoint_output, convert, diff, rewrite, slim
 
-__all__ = ["convert", "slim"]
+__all__ = ["average", "checkpoint_output", "convert", "diff", "rewrite", "slim"]

@@ -1,0 +1,21 @@
+"""Flag values the commands share, parsed into what the library takes.
+
+Example::
+
+    >>> parse_remap(('model/=net/',))
+    {'model/': 'net/'}
+"""
+
+import click
+
+
+def parse_remap(pairs):
+    """``('OLD=NEW', ...)`` of repeated ``--remap`` flags -> ``{OLD: NEW}`` (None when there are none)."""
+    remap = {}
+    for pair in pairs:
+        source, separator, target = pair.partition("=")
+        if not separator or not source or not target:
+            raise click.BadParameter(f"{pair!r} is not OLD=NEW, a scope or name on each side (e.g. model/=net/)",
+                                     param_hint="--remap")
+        remap[source] = target
+    return remap or None

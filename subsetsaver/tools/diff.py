@@ -1,0 +1,238 @@
+"""Comparing two checkpoints tensor by tensor, with totals per scope and per role.
+
+Either side is a checkpoint file of any format the catalog reads (a TensorFlow checkpoint
+prefix or directory, ``.npz``, ``.safetensors``) or a live ``tf.compat.v1.Session``
+(its graph's variables, fetched in bounded groups). Each tensor is one of:
+
+* ``equal``: the same values (NaN where the other has NaN);
+* ``close``: different values, all within ``atol + rtol * |b|``;
+* ``changed``: some element beyond the tolerances, with the largest absolute difference,
+  the relative L2 distance ``|a - b| / |a|`` and the fraction of elements beyond them;
+* ``only_a`` / ``only_b``: held by one side only;
+* ``shape`` / ``dtype``: the two disagree on it (values not compared).
+
+``remap`` renames A's tensors (``{old: new}`` rules, as ``rewrite`` reads them) before
+pairing them with B's. One tensor of each side is in memory at a time, and the
+differences are taken in chunks, never as float64 copies of whole tensors.
+
+Example::
+
+    >>> report = diff('pretrained/model', 'finetuned/model-900', keep="scope('backbone')")
+    >>> report.different, report.counts()
+    (False, {'equal': 96})
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+
+import numpy as np
+
+from .. import catalog as catalog_module
+from ..errors import EmptySelectionError
+from ..planning import renamed_names
+from ..planning.npz_layout import joined, layout_of
+from ..selectors import as_selector
+
+STATUSES = ("equal", "close", "changed", "only_a", "only_b", "shape", "dtype")
+DIFFERENT = frozenset({"changed", "only_a", "only_b", "shape", "dtype"})
+_CHUNK = 1 << 20  # elements compared at a time
+_SESSION_GROUP_BYTES = 64 << 20  # variables fetched by one session.run
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorDiff:
+    """How one tensor differs: ``name`` (B's name; A's after ``remap`` for a tensor only A holds),
+    ``a_name`` (A's own name), ``status`` (one of :data:`STATUSES`), shapes and dtypes of each side
+    (None where absent), and for compared values the largest absolute difference, the relative L2
+    distance (None when A's norm is 0 and the values differ) and the fraction of elements beyond the
+    tolerances."""
+
+    name: str
+    a_name: str | None
+    status: str
+    shape_a: tuple | None
+    shape_b: tuple | None
+    dtype_a: str | None
+    dtype_b: str | None
+    nbytes: int
+    roles: tuple
+    max_abs: float | None = None
+    rel_l2: float | None = None
+    changed_fraction: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffReport:
+    """Every tensor's :class:`TensorDiff`, B's order first, then what only A holds."""
+
+    a: str
+    b: str
+    tensors: tuple
+    atol: float
+    rtol: float
+
+    @property
+    def different(self) -> bool:
+        """True when a tensor changed beyond the tolerances, is held by one side only, or disagrees
+        in shape or dtype."""
+        return any(t.status in DIFFERENT for t in self.tensors)
+
+    def counts(self, tensors=None) -> dict:
+        """status -> number of tensors, for the statuses that occur, in :data:`STATUSES` order."""
+        found = collections.Counter(t.status for t in (self.tensors if tensors is None else tensors))
+        return {status: found[status] for status in STATUSES if found[status]}
+
+    def by_scope(self) -> dict:
+        """Top-level scope ('(root)' for names without one) -> its tensors' counts."""
+        return self._grouped(lambda t: [t.name.split("/", 1)[0] if "/" in t.name else "(root)"])
+
+    def by_role(self) -> dict:
+        """Role ('trainable', 'slot', 'bn_stat', ...; '(none)') -> its tensors' counts."""
+        return self._grouped(lambda t: t.roles or ("(none)",))
+
+    def _grouped(self, keys_of) -> dict:
+        groups = collections.OrderedDict()
+        for tensor in self.tensors:
+            for key in keys_of(tensor):
+                groups.setdefault(key, []).append(tensor)
+        return {key: self.counts(members) for key, members in groups.items()}
+
+
+def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0) -> DiffReport:
+    """Compare ``a`` and ``b`` (checkpoint paths or sessions) on the tensors ``keep`` selects on
+    either side (None: all)."""
+    if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
+        raise ValueError(f"tolerances must be 0 or more, got atol={atol}, rtol={rtol}")
+    side_a, side_b = _side(a), _side(b)
+    selector = as_selector(keep, "keep")
+    a_names = side_a.catalog.in_order(selector.names(side_a.catalog, allow_empty=True))
+    b_names = side_b.catalog.in_order(selector.names(side_b.catalog, allow_empty=True))
+    if not a_names and not b_names:
+        raise EmptySelectionError(f"{selector!r} selects no tensor of '{side_a.label}' or '{side_b.label}'; "
+                                  "check the selector with `subsetsaver select --checkpoint CKPT EXPR`")
+    new_of_a = renamed_names(side_a.catalog.ordered_names, remap)
+    a_of_new = {new: old for old, new in new_of_a.items()}
+    b_set = set(b_names)
+    wanted = list(b_names) + [new_of_a[name] for name in a_names if new_of_a[name] not in b_set]
+    a_records, b_records = side_a.catalog.records_by_name, side_b.catalog.records_by_name
+    found, compared = {}, []
+    for name in wanted:
+        a_record, b_record = a_records.get(a_of_new.get(name)), b_records.get(name)
+        if a_record is None or b_record is None:
+            record = a_record or b_record
+            found[name] = _entry(name, a_record, b_record, "only_b" if a_record is None else "only_a", record)
+        elif tuple(a_record.shape) != tuple(b_record.shape):
+            found[name] = _entry(name, a_record, b_record, "shape", b_record)
+        elif a_record.dtype != b_record.dtype:
+            found[name] = _entry(name, a_record, b_record, "dtype", b_record)
+        else:
+            compared.append((name, a_record, b_record))
+    pairs = zip(side_a.read([a.name for _, a, _ in compared]), side_b.read([b.name for _, _, b in compared]))
+    for (name, a_record, b_record), ((_, value_a), (_, value_b)) in zip(compared, pairs):
+        found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))
+        del value_a, value_b  # one tensor of each side in memory at a time
+    return DiffReport(side_a.label, side_b.label, tuple(found[name] for name in wanted), float(atol), float(rtol))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Side:
+    label: str
+    catalog: object
+    read: object  # names -> iterator of (name, array)
+
+
+def _side(source) -> _Side:
+    if hasattr(source, "run") and hasattr(source, "graph"):
+        cat = catalog_module.load(source.graph)
+        return _Side("session", cat, lambda names: _session_tensors(source, cat, names))
+    path = os.fspath(source)
+    if catalog_module.file_format(path) == "name":
+        path = catalog_module.checkpoint_prefix(path)
+    return _Side(path, catalog_module.file_catalog(path), lambda names: catalog_module.read_tensors(path, names))
+
+
+def _entry(name, a_record, b_record, status, record, measured=None) -> TensorDiff:
+    roles = tuple(sorted(record.roles - {"partitioned"})) + (("trainable",) if record.trainable else ())
+    max_abs = rel_l2 = fraction = None
+    if measured is not None:
+        status, max_abs, rel_l2, fraction = measured
+    return TensorDiff(
+        name=name,
+        a_name=a_record.name if a_record is not None else None,
+        status=status,
+        shape_a=tuple(a_record.shape) if a_record is not None else None,
+        shape_b=tuple(b_record.shape) if b_record is not None else None,
+        dtype_a=a_record.dtype if a_record is not None else None,
+        dtype_b=b_record.dtype if b_record is not None else None,
+        nbytes=record.nbytes,
+        roles=roles,
+        max_abs=max_abs,
+        rel_l2=rel_l2,
+        changed_fraction=fraction,
+    )
+
+
+def _measure(a, b, atol, rtol):
+    """(status, max abs difference, relative L2, fraction beyond the tolerances) of two arrays of one
+    shape and dtype, taken in chunks."""
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if a.dtype.kind in "OSUb":
+        beyond = sum(int(np.count_nonzero(a[i:i + _CHUNK] != b[i:i + _CHUNK])) for i in range(0, a.size, _CHUNK))
+        return ("changed" if beyond else "equal"), None, None, beyond / max(a.size, 1)
+    as_type = np.complex128 if a.dtype.kind == "c" else np.float64
+    largest, squared, reference, beyond, differs = 0.0, 0.0, 0.0, 0, False
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start in range(0, a.size, _CHUNK):
+            native_x, native_y = a[start:start + _CHUNK], b[start:start + _CHUNK]
+            x, y = native_x.astype(as_type), native_y.astype(as_type)
+            nan_x = np.isnan(x)
+            reference += float(np.sum(np.abs(np.where(nan_x, 0, x)) ** 2))
+            # integers compare in their own type: float64 cannot tell 2**53 from 2**53 + 1
+            same = (native_x == native_y) if a.dtype.kind in "iu" else (x == y) | (nan_x & np.isnan(y))
+            if same.all():
+                continue
+            differs = True
+            gap = np.where(same, 0.0, _integer_gap(native_x, native_y) if a.dtype.kind in "iu" else np.abs(x - y))
+            gap[np.isnan(gap)] = np.inf  # a NaN on one side only, or inf - inf
+            largest = max(largest, float(gap.max()))
+            squared += float(np.sum(gap ** 2))
+            beyond += int(np.count_nonzero(~same & ~(gap <= atol + rtol * np.abs(y))))
+    if not differs:
+        return "equal", 0.0, 0.0, 0.0
+    rel_l2 = math.sqrt(squared) / math.sqrt(reference) if reference > 0 else None
+    return ("changed" if beyond else "close"), largest, rel_l2, beyond / a.size
+
+
+def _integer_gap(x, y):
+    """|x - y| of two integer arrays, exact in uint64 before it becomes float64 (no overflow)."""
+    wide = np.int64 if x.dtype.kind == "i" else np.uint64
+    larger, smaller = np.maximum(x, y).astype(wide), np.minimum(x, y).astype(wide)
+    return (larger - smaller).view(np.uint64).astype(np.float64)
+
+
+def _session_tensors(session, cat, names):
+    """Yield ``(name, array)`` of the session's variables, a partitioned one joined from its parts,
+    fetched by one ``session.run`` per group of about 64 MB."""
+    group, group_bytes = [], 0
+    for name in names:
+        group.append(name)
+        group_bytes += cat.record(name).nbytes
+        if group_bytes >= _SESSION_GROUP_BYTES:
+            yield from _fetched(session, cat, group)
+            group, group_bytes = [], 0
+    if group:
+        yield from _fetched(session, cat, group)
+
+
+def _fetched(session, cat, names):
+    parts = {name: cat.variables([name]) for name in names}
+    values = session.run({name: list(variables) for name, variables in parts.items()})
+    for name in names:
+        if len(parts[name]) == 1:
+            yield name, values[name][0]
+        else:
+            yield name, joined(layout_of(name, parts[name]), values[name])

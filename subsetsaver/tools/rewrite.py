@@ -1,0 +1,129 @@
+"""Rewriting a checkpoint: rename, drop and cast its tensors, streamed and verified.
+
+After a scope refactor or a framework upgrade the names in a checkpoint no longer match
+the graph. :func:`rewrite` writes a new TensorFlow checkpoint with the tensors ``keep``
+selects, renamed by ``remap`` rules (``{old: new}``, the planner's rules read forwards:
+scopes end in ``/``, a name rule beats a scope rule, a rule that renames nothing or two
+names sent to one is refused), and cast (``cast``: ``{selector: dtype}``, between float
+types). Everything is checked before a file is written; then one tensor is held at a
+time, every written tensor is read back against its checksum, and the directory's
+``checkpoint`` state file names the result. ``dry_run`` returns the old -> new table and
+writes nothing.
+
+Example::
+
+    >>> report = rewrite('train/model-9000', 'new/model', remap={'model/': 'net/'},
+    ...                  cast={'trainable()': 'bfloat16'}, keep='~slots()')
+    >>> report.rows[0]
+    RewriteRow(old='model/conv/w', new='net/conv/w', shape=(5, 5, 1, 32), dtype='float32', new_dtype='bfloat16')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .. import catalog as catalog_module
+from ..formats.tf_bundle import dtypes as bundle_dtypes
+from ..planning import renamed_names
+from ..selectors import as_selector
+from .checkpoint_output import prepare, write_verified
+
+FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
+_NUMPY_FLOATS = {data_type.name: bundle_dtypes.numpy_dtype(data_type) for data_type in bundle_dtypes.DATA_TYPES
+                 if data_type.name in FLOAT_TYPES}
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteRow:
+    """One tensor of the output: its ``old`` and ``new`` name, shape, old and new dtype."""
+
+    old: str
+    new: str
+    shape: tuple
+    dtype: str
+    new_dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteReport:
+    """What :func:`rewrite` wrote (or, with ``dry_run``, would write): ``rows`` in the source's
+    order, the ``dropped`` names, and the bytes of the written values."""
+
+    source: str
+    output: str
+    rows: tuple
+    dropped: tuple
+    nbytes: int
+    written: bool
+
+    @property
+    def renamed(self) -> tuple:
+        return tuple(row for row in self.rows if row.old != row.new)
+
+    @property
+    def cast(self) -> tuple:
+        return tuple(row for row in self.rows if row.dtype != row.new_dtype)
+
+
+def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=False, overwrite=False) -> RewriteReport:
+    """Write the tensors of ``checkpoint`` that ``keep`` selects (None: all) to the new TensorFlow
+    checkpoint ``output``, renamed by ``remap`` and cast by ``cast`` (``{selector: dtype}``)."""
+    selector = as_selector(keep, "keep")
+    source_format = catalog_module.file_format(checkpoint)
+    source = catalog_module.checkpoint_prefix(checkpoint) if source_format == "name" else os.fspath(checkpoint)
+    output = os.fspath(output)
+    cat = catalog_module.file_catalog(source)
+    kept = cat.in_order(selector.names(cat))
+    new_names = renamed_names(kept, remap)
+    new_dtypes = _cast_dtypes(cat, kept, cast)
+    records = cat.records_by_name
+    rows = tuple(RewriteRow(name, new_names[name], tuple(records[name].shape), records[name].dtype,
+                            new_dtypes.get(name, records[name].dtype)) for name in kept)
+    kept_set = set(kept)
+    dropped = tuple(name for name in cat.ordered_names if name not in kept_set)
+    nbytes = sum(catalog_module.value_bytes(row.shape, row.new_dtype) for row in rows)
+    if dry_run:
+        return RewriteReport(source, output, rows, dropped, nbytes, written=False)
+    prepare(output, sources=[source], overwrite=overwrite)
+    nbytes = write_verified(output, _rewritten(source, rows))
+    return RewriteReport(source, output, rows, dropped, nbytes, written=True)
+
+
+def parse_cast(texts) -> dict:
+    """``['trainable()=bfloat16', ...]`` -> ``{'trainable()': 'bfloat16'}`` (split at the last '=')."""
+    rules = {}
+    for text in texts:
+        selector, equals, dtype = text.rpartition("=")
+        if not equals or not selector.strip() or not dtype.strip():
+            raise ValueError(f"cast {text!r} is not SELECTOR=DTYPE, e.g. \"trainable()=bfloat16\"")
+        rules[selector.strip()] = dtype.strip()
+    return rules
+
+
+def _cast_dtypes(cat, kept, cast) -> dict:
+    """name -> new dtype of every kept tensor a ``cast`` rule selects; float types only."""
+    new_dtypes = {}
+    kept_set = set(kept)
+    for text, dtype in dict(cast or {}).items():
+        if dtype not in FLOAT_TYPES:
+            raise ValueError(f"cast to {dtype!r}: a checkpoint's tensors are cast between float types only "
+                             f"({', '.join(FLOAT_TYPES)})")
+        chosen = [name for name in as_selector(text, "cast").names(cat) if name in kept_set]
+        if not chosen:
+            raise ValueError(f"cast {text}={dtype} selects no tensor that is kept; check the selector")
+        not_float = [name for name in chosen if cat.record(name).dtype not in FLOAT_TYPES]
+        if not_float:
+            raise ValueError(f"cast {text}={dtype} selects {', '.join(not_float[:5])} "
+                             f"({cat.record(not_float[0]).dtype}), which is not a float tensor; "
+                             f"leave it out, e.g. \"({text}) - name('{not_float[0]}')={dtype}\"")
+        new_dtypes.update(dict.fromkeys(chosen, dtype))
+    return new_dtypes
+
+
+def _rewritten(source, rows):
+    """Yield ``(new name, array)`` for ``rows``, reading one tensor at a time and casting it."""
+    casts = {row.old: _NUMPY_FLOATS[row.new_dtype] for row in rows if row.dtype != row.new_dtype}
+    new_names = {row.old: row.new for row in rows}
+    for name, value in catalog_module.read_tensors(source, [row.old for row in rows]):
+        yield new_names[name], value.astype(casts[name]) if name in casts else value
