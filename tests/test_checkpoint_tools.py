@@ -360,6 +360,16 @@ def test_average_of_copies_is_the_checkpoint_bit_for_bit(fine_tune, tmp_path):
             assert written[name].tobytes() == value.tobytes() and written[name].dtype == value.dtype, name
 
 
+def test_average_of_copies_keeps_infinities_and_nans(tmp_path):
+    values = {"w": np.array([np.inf, -np.inf, np.nan, 1.5, -0.0], np.float32),
+              "h": np.array([1, 2], ml_dtypes.bfloat16), "d": np.array([np.pi, np.inf])}
+    first = saved(tmp_path / "a" / "m", values)
+    second = saved(tmp_path / "b" / "m", values)
+    written = tf_values(average([first, second], tmp_path / "avg" / "m", weights=[1, 2]).output)
+    for name, value in values.items():
+        assert written[name].tobytes() == value.tobytes(), name
+
+
 def test_average_of_two_checkpoints_is_numpys_mean_and_keeps_the_last_state(fine_tune, tmp_path, run_cli):
     pretrained, finetuned = fine_tune
     output = tmp_path / "avg" / "model"

@@ -9,8 +9,8 @@ tensors. Before anything is written, every averaged tensor is checked in every i
 
 The mean is a running weighted mean in float64, ``m += (x - m) * w / W``, rounded once to
 the tensor's dtype: N copies of one checkpoint average to it bit for bit, and two float32
-checkpoints to numpy's ``(a + b) / 2``. Memory holds the float64 mean of one tensor and one
-input tensor at a time.
+checkpoints to numpy's ``(a + b) / 2``. Memory holds the float64 mean of one tensor (twice
+a float32 tensor) and one input tensor at a time.
 
 Example::
 
@@ -132,10 +132,14 @@ def _averaged_tensors(paths, weights, averaged, names):
             del value
         _, value = next(last)
         mean, seen = _added(mean, seen, value, weights[-1])
-        dtype, shape = value.dtype, value.shape
+        rounded = np.empty(value.shape, value.dtype)
         del value
-        yield name, mean.astype(dtype).reshape(shape)
-        del mean
+        flat = rounded.reshape(-1)
+        for start in range(0, flat.size, _CHUNK):  # rounded in chunks: no second float64 copy
+            flat[start:start + _CHUNK] = mean[start:start + _CHUNK]
+        del mean, flat
+        yield name, rounded
+        del rounded  # not kept while the next tensor is averaged
 
 
 def _added(mean, seen, value, weight):
@@ -151,7 +155,7 @@ def _added(mean, seen, value, weight):
         for start in range(0, flat.size, _CHUNK):
             part = mean[start:start + _CHUNK]
             value_part = flat[start:start + _CHUNK].astype(np.float64)
-            step = value_part - part
-            step[value_part == part] = 0.0  # equal values stay exact, infinities included
-            part += step * share
+            # where the value equals the mean, the mean stays as it is: infinities, NaNs and -0.0 included
+            moves = ~((value_part == part) | (np.isnan(value_part) & np.isnan(part)))
+            np.add(part, (value_part - part) * share, out=part, where=moves)
     return mean, seen
