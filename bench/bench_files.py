@@ -5,7 +5,10 @@
 - ``subsetsaver slim CKPT --keep ...`` (copy two thirds, verify) and ``subsetsaver convert CKPT
   OUT.safetensors``, against a TensorFlow script that loads the same tensors with
   ``tf.train.load_checkpoint`` and writes them with ``SaveV2``; the note gives each side's peak
-  resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor.
+  resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor;
+- ``subsetsaver diff A B`` and ``subsetsaver average A B -o OUT`` on two such checkpoints, against
+  TensorFlow scripts that read both with ``tf.train.load_checkpoint`` and compare them with numpy,
+  or average them and write the result with ``SaveV2``; the note gives the read rate and peaks.
 
 Sides alternate; each line is the median of 3 runs. Run: ``python bench/bench_files.py``
 (smaller: ``SUBSETSAVER_BENCH_GB=0.25``).
@@ -38,26 +41,45 @@ tf.raw_ops.SaveV2(prefix=output, tensor_names=names, shape_and_slices=[""] * len
 """
 
 
-def timed(command):
-    """(seconds, peak resident bytes) of one child process."""
+TF_DIFF = """
+import sys
+import numpy as np
+import tensorflow as tf
+a, b = (tf.train.load_checkpoint(p) for p in sys.argv[1:3])
+names = sorted(a.get_variable_to_shape_map())
+changed = [n for n in names if not np.array_equal(a.get_tensor(n), b.get_tensor(n))]
+"""
+
+TF_AVERAGE = """
+import sys
+import tensorflow as tf
+a, b = (tf.train.load_checkpoint(p) for p in sys.argv[1:3])
+names = sorted(a.get_variable_to_shape_map())
+tf.raw_ops.SaveV2(prefix=sys.argv[3], tensor_names=names, shape_and_slices=[""] * len(names),
+                  tensors=[(a.get_tensor(n) + b.get_tensor(n)) / 2 for n in names])
+"""
+
+
+def timed(command, allowed=(0,)):
+    """(seconds, peak resident bytes) of one child process that ends with an ``allowed`` exit code."""
     import time
 
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
+    if os.waitstatus_to_exitcode(status) not in allowed:
         raise RuntimeError(f"{command} failed")
     return seconds, usage.ru_maxrss * 1024
 
 
-def paired(ours, theirs, cleanup=lambda: None):
+def paired(ours, theirs, cleanup=lambda: None, ours_allowed=(0,)):
     """Medians of alternating runs: ((seconds, peak), (seconds, peak))."""
     results = {"ours": [], "theirs": []}
     for _ in range(RUNS):
         for side, command in (("ours", ours), ("theirs", theirs)):
             cleanup()
-            results[side].append(timed(command))
+            results[side].append(timed(command, ours_allowed if side == "ours" else (0,)))
     return tuple((statistics.median(s for s, _ in runs), max(p for _, p in runs))
                  for runs in (results["ours"], results["theirs"]))
 
@@ -104,6 +126,25 @@ def run(report=print_line):
             [sys.executable, "-c", TF_COPY, prefix, tf_out], clean)
         report("convert two thirds of it to safetensors", ours, theirs,
                f"peak RSS ours {ours_peak / 2**20:.0f} MB (safetensors' writer holds what it writes), "
+               f"TensorFlow {theirs_peak / 2**20:.0f} MB")
+        second = os.path.join(directory, "second")
+        with tf_bundle.BundleWriter(second) as writer:  # the same names, every tensor different
+            for index in range(count):
+                name = f"layer_{index // 3}/w" + ("/Adam" if index % 3 == 2 else f"_{index % 3}")
+                writer.add(name, np.full((rows, 1024), index + 0.5, np.float32))
+        read = 2 * size / 2**20
+        (ours, ours_peak), (theirs, theirs_peak) = paired(
+            ours_cli + ["diff", prefix, second, "--json"], [sys.executable, "-c", TF_DIFF, prefix, second], clean,
+            ours_allowed=(1,))  # 1: the checkpoints differ
+        report("diff two of them (every tensor changed)", ours, theirs,
+               f"ours reads {read / ours:.0f} MB/s; peak RSS ours {ours_peak / 2**20:.0f} MB, "
+               f"TensorFlow {theirs_peak / 2**20:.0f} MB")
+        (ours, ours_peak), (theirs, theirs_peak) = paired(
+            ours_cli + ["average", prefix, second, "-o", os.path.join(directory, "out", "avg"),
+                        "--keep", "everything()"],
+            [sys.executable, "-c", TF_AVERAGE, prefix, second, tf_out], clean)
+        report("average two of them (ours verifies every tensor)", ours, theirs,
+               f"ours reads {read / ours:.0f} MB/s; peak RSS ours {ours_peak / 2**20:.0f} MB, "
                f"TensorFlow {theirs_peak / 2**20:.0f} MB")
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -131,8 +131,10 @@ def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0) -> DiffReport:
             found[name] = _entry(name, a_record, b_record, "dtype", b_record)
         else:
             compared.append((name, a_record, b_record))
-    pairs = zip(side_a.read([a.name for _, a, _ in compared]), side_b.read([b.name for _, _, b in compared]))
-    for (name, a_record, b_record), ((_, value_a), (_, value_b)) in zip(compared, pairs):
+    reader_a = side_a.read([a.name for _, a, _ in compared])
+    reader_b = side_b.read([b.name for _, _, b in compared])
+    for name, a_record, b_record in compared:
+        (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
         found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))
         del value_a, value_b  # one tensor of each side in memory at a time
     return DiffReport(side_a.label, side_b.label, tuple(found[name] for name in wanted), float(atol), float(rtol))
