@@ -421,3 +421,20 @@ def test_average_reports_every_disagreement_at_once(tmp_path, run_cli):
         average([first, last], tmp_path / "o" / "m", weights=[1])
     with pytest.raises(ValueError, match=r"^weights must be finite, 0 or more, and not all 0"):
         average([first, last], tmp_path / "o" / "m", weights=[0, 0])
+
+
+def test_a_directory_of_checkpoints_without_a_state_file_is_an_error_never_an_initialize(fine_tune, tmp_path):
+    pretrained, _ = fine_tune
+    output = tmp_path / "out" / "model"
+    rewrite(pretrained, output)
+    os.remove(tmp_path / "out" / "checkpoint")
+    graph, *_ = backbone_net()
+    with graph.as_default():
+        every = plan(ss.everything(), graph)
+    with v1.Session(graph=graph) as session:
+        with pytest.raises(ss.CheckpointNotFoundError) as error:
+            every.restore_or_initialize(session, str(output.parent))
+        assert session.run(v1.report_uninitialized_variables()).size == 20  # nothing was initialized
+    assert str(error.value) == (
+        f"directory '{output.parent}' holds 1 checkpoint ('{output}') but no 'checkpoint' state file naming the "
+        f"latest; pass a prefix such as '{output}', or write the state file with tf.train.update_checkpoint_state")
