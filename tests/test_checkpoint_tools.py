@@ -266,6 +266,16 @@ backbone/conv/w/Adam_1       encoder/conv/w/Adam_1       [3, 3, 1, 4]  float32
 
 dry run: """ + f"{output} would hold 11 tensors (11 renamed, 0 cast, 9 dropped), 560 B; nothing written\n"
 
+    as_json = json.loads(run_cli("rewrite", finetuned, "-o", output, "--keep", "name('head/dense/*') - slots()",
+                                 "--remap", "head/dense/w=head/kernel", "--cast", "name('*/b')=float16", "--dry-run",
+                                 "--json").stdout)
+    assert as_json == {
+        "source": finetuned, "output": str(output), "written": False,
+        "tensors": [{"old": "head/dense/b", "new": "head/dense/b", "shape": [3], "dtype": "float32",
+                     "new_dtype": "float16"},
+                    {"old": "head/dense/w", "new": "head/kernel", "shape": [4, 3], "dtype": "float32",
+                     "new_dtype": "float32"}],
+        "dropped": sorted(set(tf_values(finetuned)) - {"head/dense/b", "head/dense/w"}), "bytes": 54}
     written = run_cli("rewrite", finetuned, "-o", output, "--remap", "backbone/=encoder/")
     assert written.returncode == 0, written.stderr
     assert written.stdout.splitlines()[-1] == (
@@ -388,6 +398,12 @@ def test_average_of_two_checkpoints_is_numpys_mean_and_keeps_the_last_state(fine
     for name in copied:  # the step, Adam's slots and beta powers: the last checkpoint's, found by role
         assert written[name].tobytes() == b[name].tobytes(), name
     assert tf.train.latest_checkpoint(str(output.parent)) == str(output)
+    as_json = json.loads(run_cli("average", pretrained, finetuned, "-o", output, "--force", "--weights", "1,1",
+                                 "--keep", "bn_stats()", "--json").stdout)
+    assert as_json == {"inputs": [pretrained, finetuned], "output": str(output), "weights": [0.5, 0.5],
+                       "averaged": ["backbone/bn/moving_mean", "backbone/bn/moving_variance"],
+                       "copied": sorted(set(b) - {"backbone/bn/moving_mean", "backbone/bn/moving_variance"}),
+                       "bytes": 756}
 
     weighted = average([pretrained, finetuned], tmp_path / "weighted" / "model", weights=[1, 3], keep="~global_step()")
     assert len(weighted.averaged) == 19 and weighted.copied == ("global_step",) and weighted.weights == (0.25, 0.75)
