@@ -1,8 +1,10 @@
 """Portable checkpoints in graph mode: chosen variables to one ``.npz`` file and back.
 
 No SaveV2/RestoreV2 (which fail on TPU runtimes without a Cloud Storage bucket) and no
-pickle. A save fetches every value in ONE ``session.run`` and streams the arrays into
-the file (see :mod:`subsetsaver.formats.npz`). A restore validates the whole file first
+pickle. A save fetches the values in runs of about 32 MB, one ``session.run`` each, and
+streams them into the file while the next run is fetched (see
+:mod:`subsetsaver.formats.npz`): it holds about two runs, never the whole selection, and
+builds no restore op. A restore validates the whole file first
 (names, shapes, dtypes, sizes, checksums), then assigns every value in ONE
 ``session.run`` through placeholder + assign ops built once per graph and variable and
 reused (:mod:`subsetsaver.planning.npz_ops`): restoring a hundred times does not grow
@@ -30,7 +32,7 @@ from .errors import CheckpointMismatchError
 from .formats import npz
 from .formats.npz import entry_spec, evict_oldest
 from .planning.npz_layout import check_storable, compare_with_manifest, layout_of
-from .planning.npz_ops import fetch, ops_for
+from .planning.npz_ops import ops_for, save_fetches_for
 from .planning.reports import describe_all
 from .selectors import as_selector
 
@@ -146,7 +148,8 @@ def prepare_npz(sel=None, graph=None) -> int:
 def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM) -> str:
     """Write the variables ``sel`` chooses (None: everything) to the portable file ``path``.
 
-    One ``session.run`` fetches every value; the file is written atomically through
+    The values are fetched in runs of about 32 MB and written as they come (call it between
+    training steps: runs are separate ``session.run`` calls); the file is written atomically through
     the local filesystem or ``tf.io.gfile`` (``ram://``, ``gs://``, ...). ``checksum``:
     'crc32' or 'sha256' per array (see :func:`subsetsaver.formats.npz.write`). Returns ``path``.
 
@@ -156,10 +159,11 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
     check_storable(layouts)
-    arrays, _ = fetch(sess, layouts)
+    _, arrays = save_fetches_for(graph, layouts).stream(sess, prepare=lambda name, array: npz.prepare(name, array,
+                                                                                                     checksum))
     path = os.fspath(path)
     npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
-                  array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=checksum)
+              array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=checksum)
     return path
 
 

@@ -2,8 +2,8 @@
 
 Files are ``SAVE_PATH-STEP.npz``; a small state file (``checkpoint_npz.json``) names the
 latest and the ones kept. Values travel through :mod:`~subsetsaver.planning.npz_ops`
-(one ``session.run`` to save, one to restore) and the file format of
-:mod:`subsetsaver.formats.npz`.
+(a save streams runs of about 32 MB into the file, a restore is one ``session.run``) and
+the file format of :mod:`subsetsaver.formats.npz`.
 
 Example::
 
@@ -77,7 +77,8 @@ class NpzBackend:
         in the same ``session.run`` as the values); returns its path."""
         layouts = [self._layouts[key] for key in self._keys]
         extra = [] if global_step is None or isinstance(global_step, numbers.Number) else [global_step]
-        arrays, fetched = self._ops.fetch(sess, extra)
+        checksum = self.checksum
+        fetched, arrays = self._ops.save.stream(sess, extra, lambda name, array: npz.prepare(name, array, checksum))
         if extra:
             global_step = fetched[0]
         path = self._path(os.fspath(save_path), global_step)

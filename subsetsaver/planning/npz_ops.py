@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import weakref
 
@@ -29,7 +30,140 @@ from .npz_layout import joined, part_slices
 from .restore_ops import FeedAssignOps, feed_groups
 
 _STACK_BELOW = 64 << 10   # save: variables under this size are fetched in stacks; larger ones one by one
+_RUN_BYTES = 32 << 20     # save: one session.run fetches about this much (a larger variable alone)
+_OVERLAP_BYTES = 64 << 20  # save: what the next run may add to the largest while the current one is written
 _GATHER_BELOW = 64 << 10  # restore: arrays under this size are gathered from the file in one pass per group
+
+
+class SaveFetches:
+    """What a save fetches for one ordered set of layouts, in runs of about 32 MB (a larger variable
+    alone): one ``session.run`` per run, the small equal-shaped variables of a run as one ``stack``.
+
+    Built once per graph and variable set (:func:`save_fetches_for`); with ``stacks=False`` (a
+    finalized graph) no op is built and every variable is fetched itself.
+    """
+
+    def __init__(self, graph, layouts, *, stacks=True):
+        import tensorflow as tf
+
+        self.layouts = {layout.name: layout for layout in layouts}
+        self.runs = []  # (fetches, takes: [(name, index in the fetched values, position in a stack or None)], bytes)
+        with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("subsetsaver_npz/"):
+            for members in _runs(layouts):
+                self.runs.append(self._run(members, stacks))
+
+    @staticmethod
+    def _run(members, stacks):
+        import tensorflow as tf
+
+        fetches, takes, stacked = [], {}, set()
+        if stacks:
+            for group in feed_groups(members).values():
+                if len(group) > 1 and _stored_bytes(group[0]) < _STACK_BELOW:
+                    takes.update((layout.name, (len(fetches), position)) for position, layout in enumerate(group))
+                    stacked.update(layout.name for layout in group)
+                    fetches.append(tf.stack([layout.parts[0].value() for layout in group]))
+        for layout in members:
+            if layout.name not in stacked:
+                takes[layout.name] = (len(fetches), None)
+                fetches.extend(layout.parts)  # the variable itself: its read op, no new op
+        ordered = [(layout.name, *takes[layout.name]) for layout in members]
+        return fetches, ordered, sum(_stored_bytes(layout) for layout in members)
+
+    def stream(self, sess, extra_fetches=(), prepare=None):
+        """``(values of extra_fetches, iterator of every layout's stored array)``, in layout order.
+
+        The first run is fetched now, with ``extra_fetches``; the iterator fetches the next run
+        in a worker thread while the caller writes the current one, as far as a budget of the
+        largest run plus 64 MB allows, so a save holds about two runs, never the whole set.
+        ``prepare(name, array)``, if given, runs in the worker on each array (hashing it) and
+        the iterator gives its results.
+        """
+        prepare = prepare or (lambda name, array: (name, array))
+        first = self.runs[0][0] if self.runs else []
+        values = sess.run(first + list(extra_fetches))
+        extra = values[len(first):]
+        if not self.runs:
+            return extra, iter(())
+        return extra, self._streamed(sess, self._taken(0, values[:len(first)], prepare), prepare)
+
+    def _taken(self, index, values, prepare) -> list:
+        arrays = []
+        for name, position, in_stack in self.runs[index][1]:
+            if in_stack is not None:
+                array = values[position][in_stack]
+            else:
+                layout = self.layouts[name]
+                array = joined(layout, values[position:position + len(layout.parts)]) if layout.partitioned \
+                    else values[position]
+            arrays.append(prepare(name, array))
+        return arrays
+
+    def _streamed(self, sess, first, prepare):
+        budget = _Budget(max(run[2] for run in self.runs) + _OVERLAP_BYTES)
+        budget.take(self.runs[0][2])
+
+        def fetched(index):
+            if not budget.take(self.runs[index][2]):
+                return None  # the save was abandoned
+            return self._taken(index, sess.run(self.runs[index][0]), prepare)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+            try:
+                upcoming = worker.submit(fetched, 1) if len(self.runs) > 1 else None
+                current, first = first, None  # the argument would keep the first run alive to the end
+                for index in range(len(self.runs)):
+                    yield from current
+                    current = None
+                    budget.give(self.runs[index][2])
+                    if upcoming is not None:
+                        current = upcoming.result()
+                        upcoming = worker.submit(fetched, index + 2) if index + 2 < len(self.runs) else None
+            finally:
+                budget.cancel()
+
+
+class _Budget:
+    """Bytes the arrays of a streamed save may hold at once; a run waits for its share."""
+
+    def __init__(self, limit):
+        self._limit, self._held, self._cancelled = limit, 0, False
+        self._changed = threading.Condition()
+
+    def take(self, nbytes) -> bool:
+        with self._changed:
+            self._changed.wait_for(lambda: self._cancelled or self._held == 0 or self._held + nbytes <= self._limit)
+            self._held += nbytes
+            return not self._cancelled
+
+    def give(self, nbytes):
+        with self._changed:
+            self._held -= nbytes
+            self._changed.notify_all()
+
+    def cancel(self):
+        with self._changed:
+            self._cancelled = True
+            self._changed.notify_all()
+
+
+def _stored_bytes(layout) -> int:
+    shape = layout.stored_shape()
+    return 0 if shape is None or any(d is None for d in shape) else layout.stored_nbytes()
+
+
+def _runs(layouts):
+    """Layouts in order, cut into runs of about _RUN_BYTES (a larger one alone)."""
+    run, size = [], 0
+    for layout in layouts:
+        nbytes = _stored_bytes(layout)
+        if run and size + nbytes > _RUN_BYTES:
+            yield run
+            run, size = [], 0
+        run.append(layout)
+        size += nbytes
+    if run:
+        yield run
 
 
 class NpzOps:
@@ -39,42 +173,11 @@ class NpzOps:
     not fully known get one placeholder per part.
     """
 
-    def __init__(self, graph, layouts):
-        import tensorflow as tf
-
+    def __init__(self, graph, layouts, save=None):
         self.layouts = {layout.name: layout for layout in layouts}
-        grouped = feed_groups(layouts)
-        self.feeds = FeedAssignOps(graph, layouts, grouped, scope="subsetsaver_npz/")
-        self._fetches = []     # what a save fetches, in order
-        self._takes = []       # per layout: (name, index in the fetched values, position in a stack or None)
-        stacks = {}  # layout name -> (index of its stack in _fetches, position)
-        with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("subsetsaver_npz/"):
-            for group, members in zip(self.feeds.groups, grouped.values()):
-                if len(members) > 1 and group["nbytes"] < _STACK_BELOW:
-                    stacks.update((layout.name, (len(self._fetches), position))
-                                  for position, layout in enumerate(members))
-                    self._fetches.append(tf.stack([layout.parts[0].value() for layout in members]))
-        for layout in layouts:
-            if layout.name in stacks:
-                self._takes.append((layout.name, *stacks[layout.name]))
-            else:
-                self._takes.append((layout.name, len(self._fetches), None))
-                self._fetches.extend(layout.parts)  # the variable itself: its read op, no new op
+        self.feeds = FeedAssignOps(graph, layouts, feed_groups(layouts), scope="subsetsaver_npz/")
+        self.save = save if save is not None else SaveFetches(graph, layouts)
         self._programs = {}  # names -> (manifest, RestoreProgram): repeated restores of one file
-
-    # -- save ---------------------------------------------------------------------------
-    def fetch(self, sess, extra_fetches=()):
-        """Every layout's stored array (views into the fetched stacks) in ONE session.run."""
-        values = sess.run(self._fetches + list(extra_fetches))
-        arrays = {}
-        for name, index, position in self._takes:
-            if position is not None:
-                arrays[name] = values[index][position]
-                continue
-            layout = self.layouts[name]
-            arrays[name] = joined(layout, values[index:index + len(layout.parts)]) if layout.partitioned \
-                else values[index]
-        return arrays, values[len(self._fetches):]
 
     # -- restore --------------------------------------------------------------------------
     def restore(self, sess, archive, names):
@@ -147,59 +250,56 @@ class RestoreProgram:
         return feeds
 
 
-# graph -> {((file name, id of first part), ...): NpzOps}; weak, so graphs can be collected.
+# graph -> {key: NpzOps or SaveFetches}, key ((file name, id of first part), ...) and ("save", key);
+# weak, so graphs can be collected.
 _ops_by_graph = weakref.WeakKeyDictionary()
+_build_lock = threading.RLock()
 
 
 def ops_for(graph, layouts, *, build=True):
-    """The cached NpzOps of this graph and variable set; built on first use unless the graph is finalized."""
+    """The cached NpzOps (restore feeds and save fetches) of this graph and variable set; built on
+    first use unless the graph is finalized."""
     # File name and variable: a plan's remap may store variable 'b' under the name 'a'. The cached
     # NpzOps holds the variables, so their ids stay theirs.
     cache = _ops_by_graph.get(graph)
     known = cache.get(id(layouts)) if cache else None  # the same (cached) list again: skip the key
     if known is not None and known[0] is layouts:
         return known[1]
-    key = tuple((layout.name, id(layout.parts[0])) for layout in layouts)
+    key = _key(layouts)
     with _build_lock:
-        ops = _cached_ops(graph, layouts, key, build)
+        cache = _ops_by_graph.setdefault(graph, {})
+        ops = cache.get(key)
+        if ops is None and build:
+            if graph.finalized:
+                names = [layout.name for layout in layouts]
+                shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+                raise RestoreOpsMissingError(
+                    f"the graph is finalized and has no npz restore ops for these {len(names)} variable"
+                    f"{'s' if len(names) > 1 else ''} ({shown}); call ss.portable.prepare_npz(sel, graph) "
+                    "(or build ss.plan(sel, graph, backend='npz')) before graph.finalize()"
+                )
+            ops = cache[key] = NpzOps(graph, layouts, save=cache.get(("save", key)))
         if ops is not None and isinstance(layouts, list):
-            _ops_by_graph[graph][id(layouts)] = (layouts, ops)
+            cache[id(layouts)] = (layouts, ops)
         return ops
 
 
-_build_lock = threading.RLock()
+def save_fetches_for(graph, layouts) -> SaveFetches:
+    """What a save of these layouts fetches: the NpzOps' when restore ops exist, else save fetches
+    alone (a save never builds restore ops), built once; without new ops in a finalized graph."""
+    key = _key(layouts)
+    with _build_lock:
+        cache = _ops_by_graph.setdefault(graph, {})
+        ops = cache.get(key)
+        if ops is not None:
+            return ops.save
+        fetches = cache.get(("save", key))
+        if fetches is None:
+            fetches = SaveFetches(graph, layouts, stacks=not graph.finalized)
+            if not graph.finalized:
+                cache[("save", key)] = fetches
+        return fetches
 
 
-def _cached_ops(graph, layouts, key, build):
-    cache = _ops_by_graph.setdefault(graph, {})
-    ops = cache.get(key)
-    if ops is None and build:
-        if graph.finalized:
-            names = [layout.name for layout in layouts]
-            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            raise RestoreOpsMissingError(
-                f"the graph is finalized and has no npz restore ops for these {len(names)} variable"
-                f"{'s' if len(names) > 1 else ''} ({shown}); call ss.portable.prepare_npz(sel, graph) "
-                "(or build ss.plan(sel, graph, backend='npz')) before graph.finalize()"
-            )
-        ops = cache[key] = NpzOps(graph, layouts)
-    return ops
-
-
-def _fetch_directly(sess, layouts, extra_fetches=()):
-    """Without prepared ops (a finalized graph): fetch every part itself, still in ONE session.run."""
-    fetches = [part for layout in layouts for part in layout.parts] + list(extra_fetches)
-    values = sess.run(fetches)
-    arrays, position = {}, 0
-    for layout in layouts:
-        parts = values[position:position + len(layout.parts)]
-        position += len(layout.parts)
-        arrays[layout.name] = joined(layout, parts) if layout.partitioned else parts[0]
-    return arrays, values[position:]
-
-
-def fetch(sess, layouts, extra_fetches=()):
-    ops = ops_for(sess.graph, layouts, build=not sess.graph.finalized)
-    if ops is None:
-        return _fetch_directly(sess, layouts, extra_fetches)
-    return ops.fetch(sess, extra_fetches)
+def _key(layouts):
+    return tuple((layout.name, id(layout.parts[0])) for layout in layouts)

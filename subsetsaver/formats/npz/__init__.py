@@ -54,7 +54,7 @@ from .format import (
 )
 from .memory import aligned_bytes, evict_oldest
 from .reader import Archive, read, read_manifest, verify
-from .writer import write
+from .writer import PreparedArray, prepare, write
 
 __all__ = [
     "name_problem",
@@ -68,12 +68,14 @@ __all__ = [
     "ArrayEntry",
     "Manifest",
     "Archive",
+    "PreparedArray",
     "UnsupportedDtypeError",
     "aligned_bytes",
     "entry_spec",
     "evict_oldest",
     "finish_background_work",
     "numpy_dtype",
+    "prepare",
     "read",
     "read_manifest",
     "verify",

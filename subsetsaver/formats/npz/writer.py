@@ -14,7 +14,9 @@ Example::
 
 from __future__ import annotations
 
+import collections.abc
 import concurrent.futures
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -41,9 +43,38 @@ from .format import (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class PreparedArray:
+    """One array ready to be written: its bytes as stored, true dtype, ``.npy`` header and checksums.
+    Made by :func:`prepare` in any thread (hashing releases the GIL), so a producer can hash while
+    the writer writes."""
+
+    name: str
+    data: object        # C-contiguous, little-endian, viewed as its stored dtype
+    true_dtype: str
+    header: bytes
+    crc: int            # CRC-32 of the member: header and data
+    checksum: str       # the manifest's hex checksum (the CRC, or the data's SHA-256)
+
+
+def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
+    """Check ``name`` and ``value`` and hash it: the :class:`PreparedArray` :func:`write` takes.
+
+    >>> prepare('dense/w', np.ones(3, np.float32)).checksum
+    '4a3f9a8e'
+    """
+    _check_name(name)
+    data, true_dtype = _storable(name, value)
+    header = npy_header(STORED_AS[true_dtype], data.shape)
+    crc, digest = _digest(header, data, checksum)
+    return PreparedArray(name, data, true_dtype, header, crc, digest)
+
+
 def write(path, arrays, *, selector=None, metadata=None, array_info=None, checksum=DEFAULT_CHECKSUM,
           _force_zip64=False) -> Manifest:
-    """Write ``arrays`` (name -> numpy array, order kept) to ``path`` atomically.
+    """Write ``arrays`` to ``path`` atomically: a mapping (name -> numpy array, order kept), or an
+    iterable of ``(name, array)`` pairs or :class:`PreparedArray` values, written as they come (one
+    in memory at a time: nothing is gathered).
 
     ``checksum``: 'crc32' (default: the CRC-32 of each member, the one the zip format
     and ``np.load`` check too, so it costs nothing extra) or 'sha256' (also a SHA-256 of
@@ -51,9 +82,8 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     Neither is a signature: whoever can rewrite the file can rewrite its checksums.
 
     ``selector``: the selector text to record; ``metadata``: JSON for the whole file;
-    ``array_info``: name -> JSON dict kept in that array's manifest entry. The arrays
-    are streamed into the file (no second copy in memory) and hashed in worker threads
-    while earlier ones are written.
+    ``array_info``: name -> JSON dict kept in that array's manifest entry. A mapping's arrays
+    are hashed in worker threads while earlier ones are written.
 
     >>> write('model.npz', {'dense/w': np.ones((2, 3), np.float32)}).names
     ('dense/w',)
@@ -62,39 +92,31 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     if checksum not in CHECKSUMS:
         raise ValueError(f"checksum={checksum!r} is not one of {', '.join(repr(c) for c in CHECKSUMS)}")
     array_info = dict(array_info or {})
-    items, used = [], set()
-    for index, (name, value) in enumerate(dict(arrays).items()):
-        if not isinstance(name, str):
-            raise ValueError(f"array names are strings, got {name!r}")
-        problem = name_problem(name)
-        if problem is not None:
-            raise ValueError(f"cannot write an array named {name[:80]!r}: {problem}; name it as a TensorFlow variable "
-                             "('scope/name')")
-        data, true_dtype = _storable(name, value)
-        member = member_name(name, index, used)
-        stored = STORED_AS[true_dtype]
-        header = npy_header(stored, data.shape)
-        info = array_info.get(name) or {}
-        if info:
-            json.dumps(info)  # fail early on what JSON cannot hold
-        items.append((name, member, true_dtype, stored, data, header, info))
-    unknown = set(array_info) - {item[0] for item in items}
-    if unknown:
-        raise ValueError(f"array_info names arrays that are not written: {', '.join(sorted(unknown))}")
-
-    entries = []
+    for info in array_info.values():
+        json.dumps(info)  # fail early on what JSON cannot hold
+    if isinstance(arrays, collections.abc.Mapping):
+        arrays = list(arrays.items())  # every array is in memory already: checked now, hashed ahead in threads
+        for name, value in arrays:
+            _check_name(name)
+            _true_dtype(name, value)
+        _check_info(array_info, {name for name, _ in arrays})
+    entries, used, names = [], set(), set()
     with atomic.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         zip_writer = ZipWriter(sink, force_zip64=_force_zip64)
-        digests = [
-            pool.submit(_digest, header, raw, checksum) if raw.nbytes >= HASH_IN_THREADS
-            else _FinishedFuture(_digest(header, raw, checksum))
-            for (_, _, _, _, raw, header, _) in items
-        ]
-        for (name, member, true_dtype, stored, raw, header, info), digest in zip(items, digests):
-            crc, sha = digest.result()
-            zip_writer.add(member, (header, raw), len(header) + raw.nbytes, crc)
-            entries.append(ArrayEntry(name, member, tuple(int(d) for d in raw.shape), true_dtype, stored,
-                                      int(raw.nbytes), sha, info))
+        items, index = _prepared(arrays, checksum, pool), 0
+        while (item := next(items, None)) is not None:  # not enumerate(): its tuple would keep the last array
+            if item.name in names:
+                raise ValueError(f"array {item.name!r} is written twice; names must be unique")
+            names.add(item.name)
+            member = member_name(item.name, index, used)
+            zip_writer.add(member, (item.header, item.data), len(item.header) + item.data.nbytes, item.crc)
+            entries.append(ArrayEntry(item.name, member, tuple(int(d) for d in item.data.shape), item.true_dtype,
+                                      STORED_AS[item.true_dtype], int(item.data.nbytes),
+                                      item.checksum if checksum == "sha256" else f"{item.crc:08x}",
+                                      array_info.get(item.name) or {}))
+            del item  # a streamed array is let go once written
+            index += 1
+        _check_info(array_info, names)
         manifest = Manifest(
             path=path,
             arrays=tuple(entries),
@@ -110,11 +132,57 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     return manifest
 
 
+def _prepared(arrays, checksum, pool):
+    """:class:`PreparedArray` values of ``arrays``; a list's large arrays hashed ahead in ``pool``."""
+    if isinstance(arrays, list):
+        futures = [pool.submit(prepare, name, value, checksum) if getattr(value, "nbytes", 0) >= HASH_IN_THREADS
+                   else _FinishedFuture(prepare(name, value, checksum)) for name, value in arrays]
+        for future in futures:
+            yield future.result()
+        return
+    for item in arrays:
+        if isinstance(item, PreparedArray):
+            if checksum == "sha256" and len(item.checksum) != 64:
+                raise ValueError(f"array {item.name!r} was prepared with crc32; prepare it with checksum='sha256'")
+            yield item
+        else:
+            yield prepare(*item, checksum)
+        del item  # before the next is fetched
+
+
+def _check_info(array_info, names):
+    unknown = set(array_info) - set(names)
+    if unknown:
+        raise ValueError(f"array_info names arrays that are not written: {', '.join(sorted(unknown))}")
+
+
+def _check_name(name):
+    if not isinstance(name, str):
+        raise ValueError(f"array names are strings, got {name!r}")
+    problem = name_problem(name)
+    if problem is not None:
+        raise ValueError(f"cannot write an array named {name[:80]!r}: {problem}; name it as a TensorFlow variable "
+                         "('scope/name')")
+
+
 def _storable(name, value):
     """(a C-contiguous little-endian array to write, its true dtype name) or a clear error."""
     import numpy as np
 
     array = np.asarray(value)
+    true_dtype = _true_dtype(name, array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # np.ascontiguousarray would turn a scalar into shape (1,)
+    return _raw_view(array, true_dtype), true_dtype
+
+
+def _true_dtype(name, value):
+    """The true dtype name of a numeric array, or UnsupportedDtypeError naming ``name``."""
+    import numpy as np
+
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
     true_dtype = _dtype_names.get(array.dtype)
     if true_dtype is None:
         true_dtype = _dtype_names[array.dtype] = array.dtype.name
@@ -126,11 +194,7 @@ def _storable(name, value):
             f"cannot write '{name}' to a portable checkpoint: it holds {kind}; portable checkpoints hold numeric "
             f"arrays only ({', '.join(STORED_AS)}): leave it out of the selection, or use the 'tf' backend"
         )
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    if not array.flags.c_contiguous:
-        array = array.copy(order="C")  # np.ascontiguousarray would turn a scalar into shape (1,)
-    return _raw_view(array, true_dtype), true_dtype
+    return true_dtype
 
 
 _dtype_names = {}  # numpy's dtype.name is slow; thousands of small arrays ask it
