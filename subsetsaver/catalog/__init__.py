@@ -1,6 +1,6 @@
 """The catalog room: one picture of a program's variables, read once from its source.
 
-Flow: a source (``tf.Graph``, ``.meta`` file, checkpoint, Keras model) is read into a
+Flow: a source (``tf.Graph``, ``.meta`` file, checkpoint (name- or object-based), Keras model) is read into a
 :class:`Catalog` (``sources``, ``checkpoints``, ``keras_source``); the graph's ops are
 joined with their function bodies (``op_graph``); each variable's role (optimizer slot,
 batch-norm statistic, moving average, step) is found from that structure (``roles``);
@@ -20,10 +20,12 @@ Example::
 from .checkpoints import (
     checkpoint_catalog,
     checkpoint_contents,
+    checkpoint_kind,
     checkpoint_prefix,
     file_catalog,
     file_format,
     npz_catalog,
+    object_checkpoint_names,
     read_tensors,
     safetensors_catalog,
     unlisted_checkpoints_error,
@@ -41,7 +43,7 @@ from .records import (
     VariableRecord,
     value_bytes,
 )
-from .roles import ROLES, Roles, roles_from_names
+from .roles import ROLES, Roles, roles_from_names, roles_from_object_graph
 from .sources import load
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "VariableRecord",
     "checkpoint_catalog",
     "checkpoint_contents",
+    "checkpoint_kind",
     "checkpoint_prefix",
     "dataflow",
     "file_catalog",
@@ -66,9 +69,11 @@ __all__ = [
     "load",
     "no_garbage_collection",
     "npz_catalog",
+    "object_checkpoint_names",
     "read_keras",
     "read_tensors",
     "roles_from_names",
+    "roles_from_object_graph",
     "safetensors_catalog",
     "unlisted_checkpoints_error",
     "value_bytes",

@@ -42,6 +42,8 @@ class VariableRecord:
     average_of: str | None = None  # for a moving-average shadow: the averaged variable
     parts: tuple = ()           # a partitioned variable's part names, in order
     index: int = 0              # creation order
+    object_path: str | None = None     # object-based checkpoints: the key without /.ATTRIBUTES/VARIABLE_VALUE
+    checkpoint_key: str | None = None  # object-based checkpoints: the tensor's key in the checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,14 +56,24 @@ class CatalogEntry:
     nbytes: int
     parts: tuple
     index: int
+    key: str | None = None          # object-based checkpoints: the tensor's checkpoint key
+    object_path: str | None = None  # object-based checkpoints: the object path
 
 
 class Catalog:
-    """Variables of one source, in creation order, with collections and (lazily) roles."""
+    """Variables of one source, in creation order, with collections and (lazily) roles.
 
-    def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None):
+    A checkpoint's catalog says which kind of file it read in ``checkpoint_kind``: 'name' (a
+    TensorFlow name-based checkpoint), 'object' (an object-based one, whose decoded graph is
+    ``object_graph``), 'npz' or 'safetensors'; None for graphs and models.
+    """
+
+    def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None,
+                 checkpoint_kind=None, object_graph=None):
         entries = sorted(entries, key=lambda e: e.index)
-        self.kind = kind                       # 'graph', 'meta' or 'checkpoint'
+        self.kind = kind                       # 'graph', 'meta', 'keras' or 'checkpoint'
+        self.checkpoint_kind = checkpoint_kind
+        self.object_graph = object_graph
         self.graph = graph
         self.ordered_names = tuple(e.name for e in entries)
         self.all_names = frozenset(self.ordered_names)
@@ -100,6 +112,8 @@ class Catalog:
         return self.roles.by_role.get(role, frozenset())
 
     def role_note(self, role) -> str:
+        if self.checkpoint_kind == "object":
+            return "from the checkpoint's object graph"
         return "from names: no graph" if self.roles.from_names else ""
 
     # -- what the rest of the library asks ---------------------------------------
@@ -131,6 +145,11 @@ class Catalog:
     def entry(self, name) -> CatalogEntry:
         """What the reader knew of ``name`` (shape, dtype, bytes, parts), before roles were joined in."""
         return self._entries[name]
+
+    def checkpoint_key(self, name) -> str:
+        """The key of ``name`` in its checkpoint: the name itself, but in an object-based checkpoint
+        ``checkpoint_key('dense/kernel') == 'layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE'``."""
+        return self._entries[name].key or name
 
     def parts(self, name) -> tuple:
         """The variable op names behind ``name``, its partitions in order (``(name,)`` for most)."""
@@ -174,6 +193,8 @@ class Catalog:
                         average_of=roles.average_of.get(name),
                         parts=entry.parts if len(entry.parts) > 1 else (),
                         index=entry.index,
+                        object_path=entry.object_path,
+                        checkpoint_key=entry.key,
                     )
                 )
             self._records = records
@@ -187,7 +208,8 @@ class Catalog:
         return len(self.ordered_names)
 
     def __repr__(self):
-        return f"<Catalog of {len(self)} variables from a {self.kind}>"
+        kind = "an object-based checkpoint" if self.checkpoint_kind == "object" else f"a {self.kind}"
+        return f"<Catalog of {len(self)} variables from {kind}>"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -18,7 +18,12 @@ rules are in :mod:`~subsetsaver.catalog.training_state`):
   backward pass (layer norm under a hand-written Adam) is no statistic;
 * ``average``: an ``ExponentialMovingAverage`` shadow.
 
-Only a checkpoint without a graph falls back to the well-known names, and says so.
+Only a checkpoint without a graph falls back to the well-known names, and says so. An
+object-based checkpoint (``tf.train.Checkpoint``, Keras ``save_weights``) needs no names: its
+object graph says which variables are an optimizer's slots (and whose), its iteration counter
+(``global_step``) and its hyperparameters (``optimizer``, like TF1's beta powers), and which are
+a batch-norm layer's ``moving_mean`` and ``moving_variance`` attributes (``bn_stat``); see
+:func:`roles_from_object_graph`.
 
 Example::
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from ..formats import tf_object_graph
 from .dataflow import dataflow
 from .op_graph import ASSIGN_OPS, input_is_variable, is_apply_op, is_fused_batch_norm
 from .training_state import training_state
@@ -58,6 +64,7 @@ _OPTIMIZER_NAME = re.compile(r"(^|/)(beta1_power|beta2_power)(_\d+)?$")
 _EMA_NAME = re.compile(r"/ExponentialMovingAverage(_\d+)?$")
 _BN_NAME = re.compile(r"(^|/)(moving_mean|moving_variance)(/|$)")
 _LOSS_SCALE_NAME = re.compile(r"(^|/)(current_loss_scale|good_steps|loss_scale)(_\d+)?$")
+_BN_ATTRIBUTES = frozenset({"moving_mean", "moving_variance"})  # Keras BatchNormalization's statistics
 
 
 @dataclasses.dataclass
@@ -179,6 +186,45 @@ def roles_from_names(names) -> Roles:
         slot_of=slot_of,
         average_of={n: _EMA_NAME.sub("", n) for n in averages if "/moments/" not in n},
         from_names=True,
+    )
+
+
+def roles_from_object_graph(graph, names) -> Roles:
+    """Roles of an object-based checkpoint's tensors from its object graph (a
+    :class:`~subsetsaver.formats.tf_object_graph.ObjectGraph`); ``names``: key -> catalog name.
+    Slots are ``slot`` with ``slot_of`` the catalog name of their variable; an iteration counter is
+    ``global_step``; hyperparameters are ``optimizer`` and ``slot``, as TF1's beta powers are.
+
+    >>> roles = roles_from_object_graph(graph, {key: name, ...})
+    >>> roles.slot_of['Adam/dense/kernel/m']
+    'dense/kernel'
+    """
+    slots, own, steps, bn_stats, slot_of = set(), set(), set(), set(), {}
+    for key, tensor in graph.tensors.items():
+        name = names.get(key)
+        if name is None:
+            continue
+        if tensor.role == tf_object_graph.SLOT:
+            slots.add(name)
+            if tensor.slot_of in names:
+                slot_of[name] = names[tensor.slot_of]
+        elif tensor.role == tf_object_graph.HYPERPARAMETER:
+            own.add(name)
+        elif tensor.role == tf_object_graph.ITERATIONS:
+            steps.add(name)
+        elif _BN_ATTRIBUTES & set(tensor.local_names):
+            bn_stats.add(name)
+    return Roles(
+        by_role={
+            "slot": frozenset(slots | own),
+            "optimizer": frozenset(own),
+            "bn_stat": frozenset(bn_stats),
+            "average": frozenset(),
+            "global_step": frozenset(steps),
+            "loss_scale": frozenset(),
+        },
+        slot_of=slot_of,
+        average_of={},
     )
 
 

@@ -14,6 +14,7 @@ from .output import (
     echo_table,
     load_source,
     meta_graph_path,
+    object_json,
     record_json,
     record_row,
 )
@@ -26,11 +27,13 @@ from .output import (
 @click.option("--stats", is_flag=True, help="Min, max, mean and std of every numeric tensor (reads the values).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def inspect_command(checkpoint, keep, values_of, stats, as_json):
-    """List the tensors of CHECKPOINT (a TensorFlow checkpoint, .npz or .safetensors file) with bytes,
-    totals per top-level scope, optimizer state and the subset manifest."""
+    """List the tensors of CHECKPOINT (a TensorFlow checkpoint, name- or object-based, .npz or .safetensors
+    file) with bytes, totals per top-level scope, optimizer state and the subset manifest; an object-based
+    checkpoint's tensors by their recorded full names, with their object paths."""
     source_format = catalog.file_format(checkpoint)
     source = catalog.checkpoint_prefix(checkpoint) if source_format == "name" else checkpoint
     cat = catalog.file_catalog(source)
+    object_based = cat.checkpoint_kind == "object"
     if values_of is not None:
         _echo_values(source, cat, values_of, as_json)
         return
@@ -50,7 +53,9 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
             {
                 "checkpoint": source,
                 "format": source_format,
-                "tensors": [dict(record_json(r), **({"stats": statistics[r.name]} if statistics else {}))
+                "kind": cat.checkpoint_kind,
+                "tensors": [dict(record_json(r), **(object_json(r) if object_based else {}),
+                                 **({"stats": statistics[r.name]} if statistics else {}))
                             for r in records],
                 "scopes": [{"scope": s, "tensors": c, "bytes": b} for s, (c, b) in scopes.items()],
                 "optimizer_state": {"tensors": len(optimizer), "bytes": sum(r.nbytes for r in optimizer)},
@@ -59,12 +64,16 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
             }
         )
         return
-    click.echo(f"checkpoint {source} ({_FORMAT_NAMES[source_format]}): {len(records)} tensors, {format_bytes(total)}")
+    click.echo(f"checkpoint {source} ({_KIND_NAMES[cat.checkpoint_kind]}): {len(records)} tensors, "
+               f"{format_bytes(total)}")
+    headers, align = RECORD_HEADERS + (["object path"] if object_based else []), RECORD_ALIGN + ("l" if object_based
+                                                                                                 else "")
+    rows = [record_row(r) + ([r.object_path or "-"] if object_based else []) for r in records]
     if statistics:
-        echo_table(RECORD_HEADERS + ["min", "max", "mean", "std"],
-                   [record_row(r) + _stat_cells(statistics[r.name]) for r in records], RECORD_ALIGN + "rrrr")
+        echo_table(headers + ["min", "max", "mean", "std"],
+                   [row + _stat_cells(statistics[r.name]) for row, r in zip(rows, records)], align + "rrrr")
     else:
-        echo_table(RECORD_HEADERS, [record_row(r) for r in records], RECORD_ALIGN)
+        echo_table(headers, rows, align)
     click.echo("")
     echo_table(["scope", "tensors", "bytes", "size"],
                [[s, c, b, format_bytes(b)] for s, (c, b) in scopes.items()], "lrrr")
@@ -72,7 +81,14 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
         click.echo(f"\nsubset manifest: written by a plan with selector {manifest.get('selector')}; "
                    f"{len(manifest.get('variables', []))} saved, {len(manifest.get('initialized', []))} initialized "
                    "on restore")
-    if optimizer:
+    if optimizer and object_based:
+        opt_bytes = sum(r.nbytes for r in optimizer)
+        click.echo(
+            f"\noptimizer state (from the object graph): {len(optimizer)} tensors, {format_bytes(opt_bytes)} "
+            f"({100 * opt_bytes / max(total, 1):.0f}% of the checkpoint); "
+            "`subsetsaver convert CKPT OUT --to name --keep \"~slots()\"` writes a name-based checkpoint without it"
+        )
+    elif optimizer:
         opt_bytes = sum(r.nbytes for r in optimizer)
         click.echo(
             f"\nlooks like optimizer state (by name): {len(optimizer)} tensors, {format_bytes(opt_bytes)} "
@@ -81,7 +97,8 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
         )
 
 
-_FORMAT_NAMES = {"name": "TensorFlow checkpoint", "npz": "portable .npz", "safetensors": "safetensors"}
+_KIND_NAMES = {"name": "TensorFlow checkpoint", "object": "TensorFlow object-based checkpoint", "npz": "portable .npz",
+               "safetensors": "safetensors"}
 
 
 def _echo_values(source, cat, name, as_json):

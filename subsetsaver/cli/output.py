@@ -46,6 +46,11 @@ def record_json(record):
     }
 
 
+def object_json(record):
+    """The fields of a tensor of an object-based checkpoint: its object path and checkpoint key."""
+    return {"object_path": record.object_path, "checkpoint_key": record.checkpoint_key}
+
+
 def record_row(record):
     return [record.name, shape_text(record.shape), record.dtype, record.nbytes, format_bytes(record.nbytes),
             ",".join(sorted(record.roles))]

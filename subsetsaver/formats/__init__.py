@@ -12,6 +12,9 @@
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
 - ``tf_bundle``: TensorFlow's checkpoint files (tensor bundles: ``.index`` and ``.data-*``),
   read and written without TensorFlow (a package: wire format, table, dtypes, reader, writer).
+- ``tf_object_graph``: the object graph of a TensorFlow 2 object-based checkpoint
+  (``tf.train.Checkpoint``, Keras ``save_weights``), decoded without TensorFlow: each tensor's
+  key, object path and recorded full name; optimizers' slots, counters and hyperparameters.
 - ``tf_index``: the check of a TensorFlow checkpoint's declared tensor sizes against its
   files, before TensorFlow allocates them (on top of ``tf_bundle``).
 - ``writer_lock``: one writing process per checkpoint directory (an advisory lock on it).
@@ -30,4 +33,5 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["atomic", "npz", "npz_state", "paths", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index", "tf_state", "writer_lock"]
+__all__ = ["atomic", "npz", "npz_state", "paths", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index",
+           "tf_object_graph", "tf_state", "writer_lock"]

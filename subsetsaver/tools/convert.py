@@ -2,11 +2,22 @@
 
 Formats: ``name`` (a TensorFlow name-based checkpoint, what ``tf.compat.v1.train.Saver``
 writes and restores), ``npz`` (subsetsaver's portable file) and ``safetensors`` (for
-PyTorch, JAX and the rest). ``keep`` selects what is converted (roles guessed from names,
-or read from a subsetsaver safetensors file's metadata). Tensors are read one at a time;
-a TensorFlow checkpoint is written as they come, every tensor is read back against the
-checksum of the source's bytes, and the ``checkpoint`` state file of its directory then
-names it.
+PyTorch, JAX and the rest); a TensorFlow 2 object-based checkpoint (``tf.train.Checkpoint``,
+Keras ``save_weights``) is read too, by the full names its object graph records. ``keep``
+selects what is converted (roles guessed from names, read from a subsetsaver safetensors
+file's metadata, or from an object-based checkpoint's object graph); ``remap`` renames
+(``{old: new}``, scopes end in ``/``). Tensors are read one at a time; a TensorFlow
+checkpoint is written as they come, every tensor is read back against the checksum of the
+source's bytes, and the ``checkpoint`` state file of its directory then names it.
+
+An object-based checkpoint converted ``to='name'`` is written the way a TF1 graph names the
+same state, so ``tf.compat.v1.train.Saver().restore`` takes it: each variable under its
+recorded full name; each slot under its variable's name and the suffix the TF1 optimizer
+gives it (:data:`TF1_SLOT_SUFFIXES`: Adam's m is ``VARIABLE/Adam``, v ``VARIABLE/Adam_1``;
+a slot of an optimizer TF1 does not have is ``VARIABLE/SLOT``); the optimizer's iteration
+counter as ``global_step`` (int64); and for Adam ``beta1_power`` and ``beta2_power``, the
+float32 values TF1's AdamOptimizer holds after as many steps (``beta ** (iterations + 1)``,
+the betas from the checkpoint's hyperparameter variables or Keras's defaults).
 
 Example::
 
@@ -14,6 +25,8 @@ Example::
     ('conv_1/b', 'conv_1/bn/beta')
     >>> convert('model.safetensors', 'serve/model', to='name').output
     'serve/model'
+    >>> dict(convert('keras/weights', 'tf1/model', to='name').renamed)['Adam/dense/kernel/m']
+    'dense/kernel/Adam'
 """
 
 from __future__ import annotations
@@ -21,22 +34,42 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+
+import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import UnsupportedDtypeError
 from ..formats import npz, safetensors_file, subset_manifest, tf_bundle, tf_state
 from ..formats.npz import entry_spec
+from ..planning import renamed_names
 from ..selectors import as_selector
 from .slim import verify_written
 
 FORMATS = ("name", "npz", "safetensors")
 _HOLDERS = {"npz": "portable checkpoints", "safetensors": "safetensors files"}
 
+# TF1 optimizer -> the suffix it gives each slot (VARIABLE/SUFFIX), by the slot's name in the object
+# graph: a legacy Keras or tf.compat.v1 optimizer's slot name, or a Keras 3 / tf_keras list's name.
+TF1_SLOT_SUFFIXES = {
+    "Adam": {"m": "Adam", "v": "Adam_1", "momentums": "Adam", "velocities": "Adam_1"},
+    "Momentum": {"momentum": "Momentum", "momentums": "Momentum"},
+    "Adagrad": {"accumulator": "Adagrad", "accumulators": "Adagrad"},
+    "RMSProp": {"rms": "RMSProp", "velocities": "RMSProp", "momentum": "RMSProp_1", "momentums": "RMSProp_1"},
+}
+_CENTERED_RMSPROP = {"rms": "RMSProp", "velocities": "RMSProp", "mg": "RMSProp_1", "average_gradients": "RMSProp_1",
+                     "momentum": "RMSProp_2", "momentums": "RMSProp_2"}  # with the mean gradient, as TF1 orders them
+# An optimizer keeping its slots in lists says its kind only by its name (Keras 3 'adam/...', tf_keras 'Adam/m/...').
+_LIST_OPTIMIZERS = {"adam": "Adam", "sgd": "Momentum", "adagrad": "Adagrad", "rmsprop": "RMSProp"}
+ADAM_DEFAULTS = {"beta_1": 0.9, "beta_2": 0.999}  # Keras's, when the checkpoint holds no beta variables
+GLOBAL_STEP = "global_step"
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvertReport:
     """What a conversion wrote: ``source``, ``output``, the ``kept`` and ``dropped`` names, data bytes,
-    and the formats read and written."""
+    and the formats read and written; ``renamed``: ``(kept name, written name)`` of each tensor written
+    under another name; ``derived``: names of tensors computed rather than copied (TF1's beta powers)."""
 
     source: str
     output: str
@@ -45,11 +78,14 @@ class ConvertReport:
     nbytes: int
     source_format: str = "name"
     output_format: str = "npz"
+    renamed: tuple = ()
+    derived: tuple = ()
+    source_kind: str = "name"  # 'name', 'object' (a TensorFlow object-based checkpoint), 'npz', 'safetensors'
 
 
-def convert(source, output, keep=None, to=None) -> ConvertReport:
+def convert(source, output, keep=None, to=None, remap=None) -> ConvertReport:
     """Write the tensors of ``source`` that ``keep`` selects (None: all) to ``output`` in the format
-    ``to`` ('name', 'npz', 'safetensors'; None: from ``output``'s extension)."""
+    ``to`` ('name', 'npz', 'safetensors'; None: from ``output``'s extension), renamed by ``remap``."""
     selector = as_selector(keep, "keep")
     to = to or catalog_module.file_format(output)
     if to not in FORMATS:
@@ -58,9 +94,11 @@ def convert(source, output, keep=None, to=None) -> ConvertReport:
     if source_format == "name":
         source = catalog_module.checkpoint_prefix(source)
     source, output = os.fspath(source), os.fspath(output)
-    if to == source_format:
+    if to == source_format and catalog_module.checkpoint_kind(source) != "object":
         raise ValueError(f"'{source}' is already a {to} checkpoint; to select tensors of it, use `subsetsaver slim`"
                          if to == "name" else f"'{source}' and '{output}' are both {to} files; convert to another format")
+    if to == source_format and os.path.abspath(output) == os.path.abspath(source):
+        raise ValueError(f"output '{output}' is the source checkpoint; write the name-based checkpoint to a new prefix")
     cat = catalog_module.file_catalog(source)
     kept = selector.names(cat)
     kept_set = set(kept)
@@ -72,17 +110,25 @@ def convert(source, output, keep=None, to=None) -> ConvertReport:
                 f"{_HOLDERS[to]} hold numeric tensors only; '{source}' has {', '.join(unsupported)} "
                 f"({cat.record(unsupported[0]).dtype}): leave them out, e.g. --keep \"{selector!r} - "
                 f"name('{unsupported[0]}')\"")
-    if to == "name":
-        nbytes = _write_checkpoint(source, source_format, kept, output)
+    if to == "name" and cat.object_graph is not None:
+        names, derived = tf1_names(cat, kept, remap), tf1_optimizer_values(source, cat, kept)
     else:
-        arrays = dict(catalog_module.read_tensors(source, kept))
+        names, derived = renamed_names(kept, remap), {}
+    _refuse_clashes(names, derived, source)
+    if to == "name":
+        steps = {name for name in kept if names[name] == GLOBAL_STEP} if cat.object_graph is not None else set()
+        nbytes = _write_checkpoint(source, source_format, kept, output, names, derived, steps)
+    else:
+        arrays = {names[name]: array for name, array in catalog_module.read_tensors(source, kept)}
         nbytes = sum(array.nbytes for array in arrays.values())
         if to == "npz":
             npz.write(output, arrays, selector=repr(selector),
                       metadata={"source": source_format, "checkpoint": os.path.basename(source)})
         else:
-            safetensors_file.write(output, arrays, _metadata(selector, cat, kept, source))
-    return ConvertReport(source, output, tuple(kept), dropped, nbytes, source_format, to)
+            safetensors_file.write(output, arrays, _metadata(selector, cat, names, source))
+    renamed = tuple((name, names[name]) for name in kept if names[name] != name)
+    return ConvertReport(source, output, tuple(kept), dropped, nbytes, source_format, to, renamed, tuple(derived),
+                         cat.checkpoint_kind)
 
 
 def checkpoint_to_npz(checkpoint, output, keep=None) -> ConvertReport:
@@ -95,8 +141,119 @@ def npz_to_checkpoint(path, prefix, keep=None) -> ConvertReport:
     return convert(path, prefix, keep, to="name")
 
 
-def _write_checkpoint(source, source_format, names, prefix) -> int:
-    """Stream ``names`` of ``source`` into the TensorFlow checkpoint ``prefix``, read it back, name it latest."""
+def tf1_names(cat, kept, remap=None) -> dict:
+    """Catalog name -> the name a TF1 graph gives the same variable, for ``kept`` names of the catalog
+    ``cat`` of an object-based checkpoint: the recorded full name (renamed by ``remap``), a slot the
+    TF1 optimizer's slot name under its variable's name, the first optimizer's iteration counter
+    ``global_step``.
+
+    >>> tf1_names(cat, ['dense/kernel', 'Adam/dense/kernel/m', 'Adam/iter'])
+    {'dense/kernel': 'dense/kernel', 'Adam/dense/kernel/m': 'dense/kernel/Adam', 'Adam/iter': 'global_step'}
+    """
+    graph = cat.object_graph
+    names_of = {cat.checkpoint_key(name): name for name in cat.ordered_names}
+    counter = next((optimizer.iterations for optimizer in graph.optimizers if optimizer.iterations), None)
+    suffixes = {}
+    for optimizer in graph.optimizers:
+        suffixes.update(_slot_suffixes(graph, optimizer))
+    slots, plain = {}, []
+    for name in kept:
+        key = cat.checkpoint_key(name)
+        owner = graph.tensors[key].slot_of if key in suffixes else None
+        if owner in names_of:
+            slots[name] = (names_of[owner], suffixes[key])
+        elif key != counter:
+            plain.append(name)
+    renamed = renamed_names(list(dict.fromkeys(plain + [owner for owner, _ in slots.values()])), remap)
+    result = {}
+    for name in kept:
+        if name in slots:
+            owner, suffix = slots[name]
+            result[name] = f"{renamed[owner]}/{suffix}"
+        else:
+            result[name] = renamed.get(name, GLOBAL_STEP)
+    return result
+
+
+def tf1_optimizer_values(source, cat, kept) -> dict:
+    """The tensors a TF1 optimizer holds that an object-based checkpoint does not: for each Adam whose
+    slots are kept, ``beta1_power`` and ``beta2_power`` (``beta_1 ** (iterations + 1)`` as float32: the
+    value TF1's AdamOptimizer holds after that many steps), named as TF1 names them (``beta1_power_1``
+    for a second Adam)."""
+    graph, kept_keys = cat.object_graph, {cat.checkpoint_key(name) for name in kept}
+    names_of = {cat.checkpoint_key(name): name for name in cat.ordered_names}
+    values, number = {}, 0
+    for optimizer in graph.optimizers:
+        if _family(graph, optimizer) != "Adam" or not kept_keys & set(optimizer.slots):
+            continue
+        if {"beta1_power", "beta2_power"} & set(optimizer.hyperparameters):
+            continue  # a tf.compat.v1 AdamOptimizer saved by tf.train.Checkpoint: it holds them itself
+        wanted = {names_of[key]: label for label, key in optimizer.hyperparameters.items() if label in ADAM_DEFAULTS}
+        if optimizer.iterations:
+            wanted[names_of[optimizer.iterations]] = "iterations"
+        found = {wanted[name]: value for name, value in catalog_module.read_tensors(source, list(wanted))}
+        exponent = _number(found, "iterations", 0, source) + 1
+        suffix = f"_{number}" if number else ""
+        for power, beta in (("beta1_power", "beta_1"), ("beta2_power", "beta_2")):
+            base = np.float64(np.float32(_number(found, beta, ADAM_DEFAULTS[beta], source)))
+            with np.errstate(over="ignore", invalid="ignore"):
+                values[power + suffix] = np.float32(base ** exponent)
+        number += 1
+    return values
+
+
+def _number(found, label, default, source):
+    """The real number in ``found[label]`` (``default`` when absent); ValueError for anything else."""
+    if label not in found:
+        return np.float64(default)
+    value = np.asarray(found[label])
+    if value.shape != () or value.dtype.kind not in "iuf":
+        raise ValueError(f"checkpoint '{source}': the optimizer's {label} is a {value.dtype} tensor of shape "
+                         f"{list(value.shape)}, not a number")
+    return np.float64(value)
+
+
+def _slot_suffixes(graph, optimizer) -> dict:
+    """Slot key -> the suffix TF1 gives it: the optimizer's (``Adam_1``), or the slot's own name."""
+    family = _family(graph, optimizer)
+    slot_names = {graph.tensors[key].slot_name for key in optimizer.slots}
+    table = TF1_SLOT_SUFFIXES.get(family, {})
+    if family == "RMSProp" and slot_names & {"mg", "average_gradients"}:
+        table = _CENTERED_RMSPROP
+    return {key: table.get(graph.tensors[key].slot_name, graph.tensors[key].slot_name) for key in optimizer.slots}
+
+
+def _family(graph, optimizer):
+    """Which TF1 optimizer keeps the same slots: from the slot names recorded beside the slots (legacy
+    Keras, tf.compat.v1), or from the optimizer's name that starts its slots' full names (Keras 3, tf_keras)."""
+    slot_names = {graph.tensors[key].slot_name for key in optimizer.slots}
+    if optimizer.layout == "slot_variables":
+        if "rms" in slot_names:
+            return "RMSProp"
+        if "m" in slot_names and slot_names <= {"m", "v", "vhat"}:
+            return "Adam"
+        return {frozenset({"momentum"}): "Momentum", frozenset({"accumulator"}): "Adagrad"}.get(frozenset(slot_names))
+    prefixes = {graph.tensors[key].full_name.split("/", 1)[0] for key in optimizer.slots}
+    if len(prefixes) != 1:
+        return None
+    return _LIST_OPTIMIZERS.get(re.sub(r"_\d+$", "", prefixes.pop()).lower())
+
+
+def _refuse_clashes(names, derived, source):
+    holders = {}
+    for name, new in names.items():
+        holders.setdefault(new, []).append(name)
+    for new in derived:
+        holders.setdefault(new, []).append(f"the computed {new}")
+    for new, olds in holders.items():
+        if len(olds) > 1:
+            raise ValueError(f"converting '{source}' would write both {olds[0]} and {olds[1]} as '{new}'; leave one "
+                             "out (--keep), or rename it (--remap OLD=NEW)")
+
+
+def _write_checkpoint(source, source_format, names, prefix, renamed, derived, steps=()) -> int:
+    """Stream ``names`` of ``source`` into the TensorFlow checkpoint ``prefix`` (each as ``renamed[name]``,
+    ``steps`` as int64) with the ``derived`` arrays, read it back, name it the latest of its directory."""
     regions = {}  # npz arrays that are one part of a partitioned variable: name -> (full shape, offset)
     if source_format == "npz":
         for entry in npz.read_manifest(source).arrays:
@@ -104,32 +261,42 @@ def _write_checkpoint(source, source_format, names, prefix) -> int:
             if region is not None:
                 regions[entry.name] = (tuple(shape), tuple(region[0]))
     nbytes, written = 0, {}
+    parent = os.path.dirname(prefix)
+    if parent and "://" not in prefix:
+        os.makedirs(parent, exist_ok=True)
     with tf_bundle.BundleWriter(prefix) as writer:
         for name, array in catalog_module.read_tensors(source, names):
             if name in regions:
-                writer.add_slice(name, *regions[name], array)
+                writer.add_slice(renamed[name], *regions[name], array)
             else:
-                writer.add(name, array)
-                written[name] = (array.shape, array.dtype)
+                if name in steps and array.dtype != np.int64:
+                    array = array.astype(np.int64)  # TF1's global step is an int64 scalar
+                writer.add(renamed[name], array)
+                written[renamed[name]] = (array.shape, array.dtype)
             nbytes += array.nbytes
             del array  # one tensor in memory at a time
-    verify_written(prefix, written, parts=regions.keys() & set(names))
+        for name, array in derived.items():
+            writer.add(name, array)
+            written[name] = (array.shape, array.dtype)
+            nbytes += array.nbytes
+    verify_written(prefix, written, parts={renamed[name] for name in regions.keys() & set(names)})
     directory = os.path.dirname(prefix) or "."
     state = tf_state.read_state(directory)
     tf_state.write_state(directory, prefix, () if state is None else state.kept)
     return nbytes
 
 
-def _metadata(selector, cat, kept, source) -> dict:
+def _metadata(selector, cat, names, source) -> dict:
     """The string metadata of a safetensors file: the selection, roles by name, where it came from."""
     records = cat.records_by_name
     metadata = {
         "format": "subsetsaver.safetensors",
         "selector": repr(selector),
         "source": os.path.basename(source.rstrip("/")),
-        "roles": json.dumps({name: sorted(records[name].roles - {"partitioned"}) for name in kept}),
+        "roles": json.dumps({new: sorted(records[name].roles - {"partitioned"}) for name, new in names.items()}),
     }
     manifest = subset_manifest.read_manifest(source) if catalog_module.file_format(source) == "name" else None
     if manifest is not None:
         metadata["subset_manifest"] = json.dumps(manifest)
     return metadata
+

@@ -9,8 +9,10 @@ only when complete. A manifest (``OUT.subset.json``) records what was kept, and 
 ``checkpoint`` state file of OUT's directory names OUT as the latest, so
 ``restore_or_initialize(sess, directory)`` and ``latest_checkpoint`` find it.
 
-The object graph of a ``tf.train.Checkpoint`` (``_CHECKPOINTABLE_OBJECT_GRAPH``) is not
-copied: restore a slimmed checkpoint by name (a ``Saver`` or a subsetsaver plan).
+An object-based checkpoint (``tf.train.Checkpoint``, Keras ``save_weights``) is refused: a
+subset of its tensors would no longer match its object graph. ``convert(..., to='name',
+keep=...)`` writes the kept tensors as a name-based checkpoint instead, named as a TF1 graph
+names them.
 
 Example::
 
@@ -62,6 +64,11 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     """
     selector = as_selector(keep, "keep")
     source = catalog_module.checkpoint_prefix(checkpoint)
+    if catalog_module.checkpoint_kind(source) == "object":
+        raise ValueError(
+            f"'{source}' is a TensorFlow object-based checkpoint (tf.train.Checkpoint or Keras save_weights), and a "
+            "subset of it would no longer match its object graph; write the kept tensors as a name-based checkpoint "
+            f"instead: subsetsaver convert {source} OUT --to name --keep \"{selector!r}\"")
     source_catalog = catalog_module.checkpoint_catalog(source)
     chosen_from = source_catalog if graph is None else catalog_module.load(graph)
     kept = selector.names(chosen_from)
