@@ -20,17 +20,16 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import os
 
-from . import tf_internals
-from .catalog import keras_source
-from .errors import CheckpointMismatchError
-from .formats import npz
-from .formats.npz import entry_spec
-from .planning.reports import Problem, describe_all
-from .portable import NpzRestoreReport
-from .selectors import as_selector
+from ..catalog import keras_source
+from ..errors import CheckpointMismatchError
+from ..formats import npz
+from ..formats.npz import entry_spec
+from ..planning.reports import Problem, describe_all
+from ..portable import NpzRestoreReport
+from ..selectors import as_selector
+from .common import compiled_optimizer, require_built, strategy_scope, value
 
 
 def save_npz(path, model, optimizer=None, sel=None, *, checksum=npz.DEFAULT_CHECKSUM) -> str:
@@ -39,15 +38,15 @@ def save_npz(path, model, optimizer=None, sel=None, *, checksum=npz.DEFAULT_CHEC
     ``optimizer`` None means ``model.optimizer`` when the model was compiled with one.
     ``checksum``: 'crc32' or 'sha256' per array. Returns ``path``.
     """
-    optimizer = _optimizer_of(model, optimizer)
-    _require_built(model)
+    optimizer = compiled_optimizer(model, optimizer)
+    require_built(model)
     found = keras_source.read(model, optimizer)
     names = _chosen(sel, found.catalog)
     arrays, info = {}, {}
-    with _strategy_scope(model):
+    with strategy_scope(model):
         for name in names:
             variable = found.variables[name]
-            arrays[name] = _value(variable)
+            arrays[name] = value(variable)
             info[name] = {"owner": found.owner[name], "local": found.local[name], "trainable": bool(variable.trainable)}
     metadata = {"source": "keras", "model": model.name,
                 "optimizer": None if optimizer is None else type(optimizer).__name__}
@@ -66,9 +65,9 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
     difference; ``strict=False`` restores what both hold and reports the rest. Returns
     a :class:`subsetsaver.portable.NpzRestoreReport`.
     """
-    optimizer = _optimizer_of(model, optimizer)
-    _require_built(model)
-    with _strategy_scope(model):
+    optimizer = compiled_optimizer(model, optimizer)
+    require_built(model)
+    with strategy_scope(model):
         if optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(model.trainable_variables)
         found = keras_source.read(model, optimizer)
@@ -130,35 +129,3 @@ def _message(path, manifest, missing, mismatched, unexpected, restorable):
 
 def _chosen(sel, catalog):
     return as_selector(sel).names(catalog)
-
-
-def _optimizer_of(model, optimizer):
-    if optimizer is not None:
-        return optimizer
-    compiled = getattr(model, "optimizer", None)
-    return compiled if compiled is not None and hasattr(compiled, "variables") else None
-
-
-def _require_built(model):
-    if not model.variables:
-        raise ValueError(
-            f"model '{model.name}' has no variables yet; build it first "
-            "(model.build(input_shape), or call it once on a batch)"
-        )
-
-
-def _value(variable):
-    """The variable's value as a numpy array (its true dtype, bfloat16 included)."""
-    import numpy as np
-
-    return np.asarray(variable.numpy())
-
-
-def _strategy_scope(model):
-    """The scope of the tf.distribute strategy the model's variables belong to, unless already in one."""
-    import tensorflow as tf
-
-    strategy = tf_internals.distribute_strategy_of(model.variables[0])
-    if strategy is None or tf.distribute.has_strategy():
-        return contextlib.nullcontext()
-    return strategy.scope()

@@ -1,0 +1,29 @@
+"""The Keras room: TF2 / Keras 3 models and optimizers in eager mode.
+
+``save_npz`` / ``restore_npz`` (:mod:`.npz`) write and read portable ``.npz`` files of a
+model's and optimizer's variables; ``load_checkpoint`` (:mod:`.load`) puts a TensorFlow
+checkpoint (TF1 name-based, or tf.keras object-based) into a Keras 3 model and its
+optimizer, paired by name (:mod:`.matching`, with remap rules) or by creation order.
+``variables`` names the model's weights and the optimizer's slots; ``checkpoint_side``
+says what each checkpoint tensor is (weight, slot of which kind, step).
+
+This room imports ``errors``, ``tf_internals``, ``formats``, ``catalog``, ``selectors``,
+``planning`` and ``portable``. Other rooms use the names in ``__all__``.
+
+Example::
+
+    >>> import subsetsaver as ss
+    >>> ss.keras.load_checkpoint(model, 'train/', optimizer, remap={'conv_1/w': 'conv/kernel'}).iterations
+    3000
+"""
+
+from .load import MATCHES, CheckpointLoadReport, load_checkpoint
+from .npz import restore_npz, save_npz
+
+__all__ = [
+    "MATCHES",
+    "CheckpointLoadReport",
+    "load_checkpoint",
+    "restore_npz",
+    "save_npz",
+]

@@ -1,0 +1,198 @@
+"""TensorFlow checkpoints into a Keras 3 model: TF1 name-based files (``conv_1/w``, ``conv_1/w/Adam``,
+``global_step``) and tf.keras object-based ones, which Keras 3's own loaders refuse.
+
+The checkpoint is read through the project's catalog, without TensorFlow's reader. Every
+model weight is paired with a checkpoint tensor (by name with ``remap`` rules, or by
+creation order), optimizer slots follow their weights, the iteration counter reads the
+step; every missing, unexpected, reshaped and retyped tensor is found before any variable
+changes, and the values are assigned bit-exact, never cast.
+
+Example::
+
+    >>> report = ss.keras.load_checkpoint(model, 'train/', optimizer,
+    ...                                   remap={'conv_1/w': 'conv/kernel', 'conv_1/b': 'conv/bias'})
+    >>> report.restored['conv/kernel'], report.iterations
+    ('conv_1/w', 3000)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..catalog import read_tensors
+from ..errors import CheckpointMismatchError
+from ..planning import ON_MISMATCH
+from ..selectors import as_selector
+from .checkpoint_side import checkpoint_view
+from .common import strategy_scope
+from .matching import match_by_name, match_by_order, match_optimizer
+from .variables import model_weights, optimizer_state
+
+MATCHES = ("name", "order")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointLoadReport:
+    """What :func:`load_checkpoint` did.
+
+    ``checkpoint``: the prefix (or file) read. ``restored``: model variable -> the checkpoint
+    tensor it now holds, in the model's order; ``initialized``: the model variables left as
+    they were (not chosen by ``sel``, or unmatched under ``on_mismatch='initialize'``).
+    ``optimizer_restored`` / ``optimizer_initialized``: the same for the optimizer's
+    variables (its learning rate and other hyperparameters are always left as they were);
+    ``iterations``: the iteration count set from the checkpoint's step, or None.
+    ``mismatched``: the missing, shape and dtype :class:`~subsetsaver.planning.Problem` s that
+    ``on_mismatch='initialize'`` let through. ``unexpected``: the checkpoint's weights (and,
+    with an optimizer, slots of loaded weights) that nothing read; they stop no load.
+    ``unused``: every tensor nothing read (``unexpected``, slots without an optimizer,
+    ``beta1_power``, ...). ``match`` and ``order_source``:
+    how weights were paired, and for ``match='order'`` where the checkpoint's order came from.
+    """
+
+    checkpoint: str
+    match: str
+    restored: dict
+    initialized: tuple
+    optimizer_restored: dict = dataclasses.field(default_factory=dict)
+    optimizer_initialized: tuple = ()
+    iterations: int | None = None
+    mismatched: tuple = ()
+    unexpected: tuple = ()
+    unused: tuple = ()
+    order_source: str | None = None
+
+
+def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, match="name", on_mismatch="error", *,
+                    order=None) -> CheckpointLoadReport:
+    """Assign a TensorFlow checkpoint's values to ``model``'s weights (and ``optimizer``'s state).
+
+    ``model``: a built Keras 3 model, or a ``tf.Module``. ``checkpoint``: a checkpoint prefix,
+    a directory (its latest checkpoint), or a ``.npz``/``.safetensors`` file.
+    ``optimizer``: a Keras 3 optimizer (built here over ``model.trainable_variables`` if it
+    is not): the checkpoint's slots go into its variables (TF1 ``VAR/Adam`` -> momentum,
+    ``VAR/Adam_1`` -> velocity, ``VAR/Momentum``, ``VAR/Adagrad``, ``VAR/RMSProp``...;
+    tf.keras ``m``/``v``...) and ``optimizer.iterations`` is set to the step. ``sel``: a
+    selector over the model's weights (None: all); the slots of the chosen weights follow.
+    ``match``: 'name' (each weight by its path, ``conv/kernel``, or by ``remap`` rules
+    ``{checkpoint name or scope: model name or scope}``) or 'order' (``model.weights`` paired
+    with the checkpoint's weights in the graph's creation order, from ``order``: the
+    ``.meta`` file beside the checkpoint by default, or a ``.meta`` path, a ``tf.Graph`` or
+    a list of checkpoint names). ``on_mismatch``: 'error' (a variable the checkpoint lacks,
+    or holds with another shape or dtype, raises one CheckpointMismatchError that lists
+    every difference, unexpected tensors too, and nothing changes) or 'initialize' (those
+    variables are left as they are and reported). Tensors the model does not read (a TF1
+    head a Keras model replaces) are reported in ``unexpected`` and stop nothing. Every value
+    is read, and checked against its checksum, before the first assignment (so they are held
+    in memory together once), and assigned bit-exact: a dtype is never cast.
+
+    >>> load_checkpoint(model, 'ckpt/', match='order').restored['bn/gamma']
+    'conv_1/bn/gamma'
+    """
+    if match not in MATCHES:
+        raise ValueError(f"match={match!r} is not one of {', '.join(repr(m) for m in MATCHES)}")
+    if on_mismatch not in ON_MISMATCH:
+        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
+    if match == "order" and remap:
+        raise ValueError("remap renames checkpoint names for match='name'; match='order' pairs by position")
+    if match == "name" and order is not None:
+        raise ValueError("order= is the checkpoint's creation order for match='order'")
+    weights = model_weights(model)
+    with strategy_scope(model):
+        if optimizer is not None and not getattr(optimizer, "built", True):
+            optimizer.build(model.trainable_variables)
+        view = checkpoint_view(checkpoint)
+        chosen = [name for name in as_selector(sel).names(weights.catalog) if name in weights.variables]
+        if match == "name":
+            pairing = match_by_name(weights, view, chosen, remap)
+        else:
+            pairing = match_by_order(weights, view, chosen, order)
+        bad = pairing.bad
+        loading = {name: pairing.keys[name] for name in chosen if name not in bad}
+        state = optimizer_state(optimizer, weights) if optimizer is not None else None
+        optimizer_pairs, optimizer_findings = (match_optimizer(state, view, loading, optimizer)
+                                               if state is not None else ({}, []))
+        findings = pairing.findings + optimizer_findings
+        if any(f.problem.blocking for f in findings) and on_mismatch == "error":
+            raise CheckpointMismatchError(_message(weights, state, view, pairing, findings, match, remap),
+                                          [f.problem for f in findings])
+        step = optimizer_pairs.pop(state.iterations, None) if state is not None else None
+        needed = list(dict.fromkeys([*loading.values(), *optimizer_pairs.values(), *([step] if step else [])]))
+        values = dict(read_tensors(view.path, needed))  # all read (and checked) before any assignment
+        for name, key in loading.items():
+            weights.variables[name].assign(values[key])
+        for path, key in optimizer_pairs.items():
+            state.variables[path].assign(values[key])
+        iterations = None
+        if step is not None:
+            iterations = int(values[step])
+            state.variables[state.iterations].assign(iterations)
+    return _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match)
+
+
+def _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match):
+    read = {*loading.values(), *optimizer_pairs.values(), *([step] if step else [])}
+    optimizer_restored = dict(optimizer_pairs)
+    if step is not None:
+        optimizer_restored[state.iterations] = step
+    return CheckpointLoadReport(
+        checkpoint=view.path,
+        match=match,
+        restored=loading,
+        initialized=tuple(name for name in weights.variables if name not in loading),
+        optimizer_restored=optimizer_restored,
+        optimizer_initialized=() if state is None else tuple(p for p in state.variables if p not in optimizer_restored),
+        iterations=iterations,
+        mismatched=tuple(f.problem for f in findings if f.problem.blocking),
+        unexpected=tuple(f.problem.checkpoint_name for f in findings if not f.problem.blocking),
+        unused=tuple(name for name in view.catalog.ordered_names if name not in read),
+        order_source=pairing.order_source,
+    )
+
+
+def _message(weights, state, view, pairing, findings, match, remap) -> str:
+    counts = []
+    for kind, label in (("missing", "missing"), ("shape", "shape mismatch"), ("dtype", "dtype mismatch"),
+                        ("unexpected", "unexpected")):
+        count = sum(1 for f in findings if f.kind == kind)
+        if count:
+            counts.append(f"{count} {label}{'es' if count > 1 and kind in ('shape', 'dtype') else ''}")
+    target = weights.label if state is None else f"{weights.label} and {state.label}"
+    how = f"match={match!r}" + (f", checkpoint order from {pairing.order_source}" if pairing.order_source else "")
+    lines = [f"checkpoint '{view.path}' does not match the {target} ({how}): {', '.join(counts)}"]
+    ordered = [f for f in findings if f.kind != "unexpected"] + [f for f in findings if f.kind == "unexpected"]
+    lines += ["  " + _line(finding) for finding in ordered]
+    if pairing.remap:
+        missing = sum(1 for f in pairing.findings if f.kind == "missing")
+        how = f"add {pairing.remap!r} to remap" if remap else f"pass remap={pairing.remap!r}"
+        lines.append(f"fix: {how}: the checkpoint holds {pairing.resolves} of the {missing} missing "
+                     f"variable{'s' if missing > 1 else ''} under that scope")
+    if any(f.kind == "dtype" for f in findings):
+        lines.append("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), "
+                     "or write a cast copy first with ss.rewrite(checkpoint, out, cast={selector: dtype})")
+    if state is not None and not view.slots and any(f.problem.name in state.slots for f in findings):
+        lines.append("the checkpoint holds no optimizer slots: pass optimizer=None to load the weights alone")
+    made_by = sorted({f.note.split("made by TF1's ")[1].split(",")[0] for f in findings if "made by TF1's " in f.note})
+    if made_by:
+        lines.append(f"the checkpoint's slots were made by TF1's {' and '.join(made_by)}: pass the Keras optimizer "
+                     "of that algorithm, or optimizer=None to load the weights alone")
+    if match == "order":
+        lines.append("no variable was changed; match='order' pairs model.weights with the checkpoint's weights in "
+                     "the order the graph created them: build the layers in that order, or pair by name with "
+                     "remap=, or pass on_mismatch='initialize' to leave the unmatched variables as they are")
+    else:
+        lines.append("no variable was changed; pair the names with remap={checkpoint name or scope: model name or "
+                     "scope}, or pass on_mismatch='initialize' to leave the unmatched variables as they are")
+    return "\n".join(lines)
+
+
+def _line(finding) -> str:
+    problem = finding.problem
+    if problem.kind == "unexpected":
+        text = f"unexpected: {problem.checkpoint_name} {_spec_text(problem.found_shape, problem.found_dtype)}"
+    else:
+        text = problem.describe()
+    return f"{text} ({finding.note})" if finding.note else text
+
+
+def _spec_text(shape, dtype) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + f"] {dtype}"
