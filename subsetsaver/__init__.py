@@ -52,6 +52,9 @@ from .selectors import (
     trainable,
     variables,
 )
+from .tools.average import average
+from .tools.diff import diff
+from .tools.rewrite import rewrite
 from .training import PlanSaverHook, StaleStatsHook, warm_start
 from .version import __version__
 
@@ -82,9 +85,11 @@ __all__ = [
     "RestoreOpsMissingError",
     "InvalidRegexError",
     "UnsupportedRegexError",
+    "average",
     "averages",
     "bn_stats",
     "collection",
+    "diff",
     "draw_plan",
     "draw_sets",
     "everything",
@@ -95,6 +100,7 @@ __all__ = [
     "parse",
     "plan",
     "regex",
+    "rewrite",
     "scope",
     "slots",
     "trainable",
