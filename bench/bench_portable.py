@@ -1,30 +1,25 @@
 """Portable checkpoints (``save_npz``/``restore_npz``) against ``tf.compat.v1.train.Saver``, same variables, same run.
 
-Lines: save and restore of large variables (20 x 50 MB by default), first and later
-restores of 3,000 small variables, the ops added across 100 restores, and the peak
-memory of a save (measured in a child process) against the checkpoint's size.
+Lines: save and restore of large variables (20 x 50 MB by default), each run both cold
+and warm (see :mod:`bench.report`: cold drops the page cache and idles ``PAUSE`` seconds
+first, so a virtual machine has handed freed memory back to its host, as saves minutes
+apart always meet it; warm reuses what the run before left), first and later restores and
+saves of 3,000 small variables, the first ``save_npz`` against fetching everything and
+writing it with numpy, the ops added across 100 restores, and the peak memory a save adds
+(measured in a child process) against the largest variable.
 
-Fair comparison: both sides write the same variables to the same directory; the runs
-alternate (ours, theirs, theirs, ours, ...), and before every timed run, untimed, the
-work our previous save left to the background is finished, the page cache is flushed
-(``os.sync()``) and, for the large variables, the machine idles ``PAUSE`` seconds (3).
-The pause matters on a virtual machine that hands freed memory back to its host (free
-page reporting, after about 2 s): a run that starts right after another one reuses its
-freshly freed memory cheaply, one that starts later pays the host to fault it in again,
-as periodic saves minutes apart always do. Without the pause whichever side happens to
-follow a quick predecessor looks faster. A line reports the MEDIAN of its runs. Our
-save is durable (fsync of the file and of its directory); the Saver's is not, so the
-save line comes with two more: ours without fsync, and the Saver's followed by an fsync
-of its files.
+Both sides write the same variables to the same directory; the sides alternate and every
+line gives the median and spread of ``RUNS`` runs (5) and the run-by-run ratio. Our save is
+durable (fsync of the file and of its directory); the Saver's is not, so the save lines come
+with two more: ours without fsync, and the Saver's followed by an fsync of its files.
 
-Run: ``python bench/bench_portable.py`` (or ``python -m bench``). Quick run:
-``SUBSETSAVER_BENCH_MB=5 SUBSETSAVER_BENCH_LARGE=4 python bench/bench_portable.py``.
+Run: ``python bench/bench_portable.py`` (or ``python -m bench bench.bench_portable``). Quick
+run: ``SUBSETSAVER_BENCH_MB=5 SUBSETSAVER_BENCH_LARGE=4 python bench/bench_portable.py``.
 """
 
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,13 +28,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.report import print_line  # noqa: E402
+from bench.report import RUNS, alternating, cold, print_line, warm  # noqa: E402
 
 LARGE_MB = float(os.environ.get("SUBSETSAVER_BENCH_MB", "50"))
 LARGE_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_LARGE", "20"))
 SMALL_COUNT = int(os.environ.get("SUBSETSAVER_BENCH_SMALL", "3000"))
-REPEAT = int(os.environ.get("SUBSETSAVER_BENCH_REPEAT", "6"))
-PAUSE = float(os.environ.get("SUBSETSAVER_BENCH_PAUSE", "3"))
 
 
 def large_graph(count=LARGE_COUNT, megabytes=LARGE_MB):
@@ -79,27 +72,6 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def settle(pause=0.0):
-    """Untimed, before every timed run: finish our background work, flush every dirty page to disk, then
-    wait ``pause`` seconds (see the module's docstring)."""
-    from subsetsaver.formats import npz as npzfile
-
-    npzfile.finish_background_work()
-    os.sync()
-    time.sleep(pause)
-
-
-def interleaved_median(ours, theirs, repeat=REPEAT, *, flush=True, pause=0.0):
-    """Median of ``repeat`` runs each, in the order ours, theirs, theirs, ours, ... (same load for both)."""
-    times = {ours: [], theirs: []}
-    for index in range(repeat):
-        for function in (ours, theirs) if index % 2 == 0 else (theirs, ours):
-            if flush:
-                settle(pause)
-            times[function].append(timed(function))
-    return statistics.median(times[ours]), statistics.median(times[theirs])
-
-
 def checkpoint_bytes(prefix):
     directory, base = os.path.split(prefix)
     return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
@@ -111,39 +83,31 @@ def bench_large(report, directory):
 
     import subsetsaver as ss
     from subsetsaver import portable
-    from subsetsaver.formats import npz as npzfile
 
     graph, saver, init = large_graph()
     npz_path = os.path.join(directory, "portable_large.npz")
     prefix = os.path.join(directory, "large")
     portable.prepare_npz(ss.everything(), graph)
+    shape = f"{LARGE_COUNT} x {LARGE_MB:g} MB"
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
         ours = lambda: portable.save_npz(sess, npz_path)  # noqa: E731
         theirs = lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False)  # noqa: E731
         ours(), theirs()  # warm-up: executors built, files in place (each later save replaces one)
-        save_ours, save_theirs = interleaved_median(ours, theirs, pause=PAUSE)
-        size = os.path.getsize(npz_path)
-        background = []
-        for _ in range(3):
-            settle(PAUSE)
-            ours()
-            background.append(timed(npzfile.finish_background_work))
-        report(f"save {LARGE_COUNT} x {LARGE_MB:g} MB variables", save_ours, save_theirs,
-               f"npz {size / 2**20:.0f} MB, TF {checkpoint_bytes(prefix) / 2**20:.0f} MB; ours fsyncs, the Saver "
-               f"does not; then ours frees the replaced file in the background ({statistics.median(background) * 1000:.0f}"
-               " ms, untimed; the Saver frees its old file inside the save); target <= 1.25x")
+        for memory, before in (("cold", cold), ("warm", warm)):
+            report(f"save {shape}, {memory}", *alternating(ours, theirs, before=before),
+                   "ours fsyncs the file and its directory, the Saver does not; target <= 1.25x")
         with _without_fsync():
-            not_durable = interleaved_median(ours, theirs, pause=PAUSE)
-        report("  the same save, ours without fsync (not durable)", *not_durable, "both not durable")
-        durable = interleaved_median(ours, lambda: (theirs(), _fsync_checkpoint(prefix)), pause=PAUSE)
-        report("  the same save, the Saver's files fsynced after it", *durable, "both durable")
+            report("  the same save, ours without fsync, cold", *alternating(ours, theirs, before=cold),
+                   "neither durable")
+        report("  the same save, the Saver's files fsynced after it, cold",
+               *alternating(ours, lambda: (theirs(), _fsync_checkpoint(prefix)), before=cold), "both durable")
         restore_ours = lambda: portable.restore_npz(sess, npz_path)  # noqa: E731
         restore_theirs = lambda: saver.restore(sess, prefix)  # noqa: E731
         restore_ours(), restore_theirs()  # the first run of each restore builds its executor
-        report(f"restore {LARGE_COUNT} x {LARGE_MB:g} MB variables",
-               *interleaved_median(restore_ours, restore_theirs, pause=PAUSE),
-               "includes reading and checksumming the file; target <= 1.25x")
+        for memory, before in (("cold", cold), ("warm", warm)):
+            report(f"restore {shape}, {memory}", *alternating(restore_ours, restore_theirs, before=before),
+                   "ours reads and checksums the whole file first; target <= 1.25x")
 
 
 def _fsync_checkpoint(prefix):
@@ -185,11 +149,22 @@ class _without_fsync:
 
 
 def bench_small(report, directory):
+    import numpy as np
     import tensorflow as tf
 
     import subsetsaver as ss
     from subsetsaver import portable
 
+    graph, saver, init, saver_build = small_graph()
+    npz_path = os.path.join(directory, "portable_small.npz")
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        variables = tf.compat.v1.global_variables()
+        first = timed(lambda: portable.save_npz(sess, npz_path))
+        numpy_path = os.path.join(directory, "numpy_small.npz")
+        by_numpy = timed(lambda: np.savez(numpy_path, **{f"a{i}": v for i, v in enumerate(sess.run(variables))}))
+        report(f"first save_npz, {SMALL_COUNT:,} small variables", first, by_numpy,
+               "TensorFlow column: one session.run of everything, then np.savez; target <= 2x")
     graph, saver, init, saver_build = small_graph()
     start = time.perf_counter()
     portable.prepare_npz(ss.everything(), graph)
@@ -197,22 +172,22 @@ def bench_small(report, directory):
     report(f"build restore ops, {SMALL_COUNT:,} small variables", prepare, saver_build,
            "prepare_npz vs constructing the Saver (both at plan time)")
     graph.finalize()
-    npz_path = os.path.join(directory, "portable_small.npz")
     prefix = os.path.join(directory, "small")
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(init)
         save_ours = lambda: portable.save_npz(sess, npz_path)  # noqa: E731
         save_theirs = lambda: saver.save(sess, prefix, write_meta_graph=False, write_state=False)  # noqa: E731
         save_ours(), save_theirs()
-        report(f"save {SMALL_COUNT:,} small variables", *interleaved_median(save_ours, save_theirs), "")
+        report(f"save {SMALL_COUNT:,} small variables", *alternating(save_ours, save_theirs, before=warm),
+               "target <= 1.5x")
         restore_ours = lambda: portable.restore_npz(sess, npz_path)  # noqa: E731
         restore_theirs = lambda: saver.restore(sess, prefix)  # noqa: E731
-        settle()
+        cold()
         theirs = timed(restore_theirs)
         ours = timed(restore_ours)
-        report(f"first restore, {SMALL_COUNT:,} small variables", ours, theirs, "target <= 2x")
-        later = interleaved_median(restore_ours, restore_theirs, repeat=max(REPEAT, 9) | 1, flush=False)
-        report(f"later restores, {SMALL_COUNT:,} small variables", *later, "median of runs; target <= 1.5x")
+        report(f"first restore, {SMALL_COUNT:,} small variables", ours, theirs, "one run each; target <= 2x")
+        later = alternating(restore_ours, restore_theirs, runs=max(RUNS, 9))
+        report(f"later restores, {SMALL_COUNT:,} small variables", *later, "target <= 1.5x")
 
         ops_before = len(graph.get_operations())
         ours = timed(lambda: [restore_ours() for _ in range(100)])
@@ -266,16 +241,16 @@ def bench_memory(report, directory):
                               capture_output=True, text=True, check=True)
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     ours, theirs = results["npz"], results["tf"]
+    largest = LARGE_MB * 2**20
     report(f"save peak memory, {LARGE_COUNT} x {LARGE_MB:g} MB", ours["seconds"], theirs["seconds"],
-           f"peak extra RSS: npz {ours['extra'] / 2**20:.0f} MB = {ours['extra'] / ours['size']:.2f}x its "
-           f"{ours['size'] / 2**20:.0f} MB file (target <= 2x); Saver {theirs['extra'] / 2**20:.0f} MB "
-           f"= {theirs['extra'] / theirs['size']:.2f}x")
+           f"peak extra RSS: npz {ours['extra'] / 2**20:.0f} MB = {ours['extra'] / largest:.2f}x the largest "
+           f"variable (target <= 1.2x + 64 MB = {(1.2 * largest + 2**26) / 2**20:.0f} MB); Saver "
+           f"{theirs['extra'] / 2**20:.0f} MB")
 
 
 def run(report=print_line):
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-    print(f"# portable checkpoints vs tf.compat.v1.train.Saver: medians of {REPEAT} alternating runs (later small "
-          f"restores: {max(REPEAT, 9) | 1}), os.sync() before each (and {PAUSE:g} s idle for the large ones); "
+    print(f"# portable checkpoints vs tf.compat.v1.train.Saver: medians (spread) of {RUNS} alternating runs; "
           f"load average {load}", flush=True)
     directory = tempfile.mkdtemp(prefix="bench_portable_")
     try:

@@ -114,8 +114,11 @@ def _ratio_text(ours, theirs):
     if isinstance(ours, Timing) and isinstance(theirs, Timing) and len(ours.runs) == len(theirs.runs):
         ratios = [a / b for a, b in zip(ours.runs, theirs.runs)]
         return f"{statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-    median = (lambda v: v.median if isinstance(v, Timing) else v)
-    return f"{median(ours) / median(theirs):5.2f}x"
+    return f"{_median(ours) / _median(theirs):5.2f}x"
+
+
+def _median(value):
+    return value.median if isinstance(value, Timing) else value
 
 
 def _ms(seconds, unit=True):
