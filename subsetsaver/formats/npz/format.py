@@ -321,6 +321,7 @@ class _SchemaCheck:
 
 
 MAX_NAME_LENGTH = 4096
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def name_problem(name) -> str | None:
@@ -334,7 +335,7 @@ def name_problem(name) -> str | None:
         return "an empty name"
     if len(name) > MAX_NAME_LENGTH:
         return f"longer than {MAX_NAME_LENGTH} characters"
-    if any(ord(character) < 32 or ord(character) == 127 for character in name):
+    if _CONTROL_CHARACTER.search(name):
         return "a control character"
     parts = name.split("/")
     if "" in parts:

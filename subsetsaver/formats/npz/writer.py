@@ -230,6 +230,10 @@ class _FinishedFuture:
         return self._value
 
 
+_JOINED_BELOW = 64 << 10  # writes smaller than this are joined ...
+_JOIN_UP_TO = 1 << 20     # ... into one of about this size
+
+
 class ZipWriter:
     """A minimal streaming zip writer: stored members, 64-byte aligned data, zip64 when needed.
 
@@ -247,10 +251,24 @@ class ZipWriter:
         self._offset = 0
         self._central = []
         self._force_zip64 = force_zip64
+        self._pending, self._pending_bytes = [], 0  # small writes, joined into one
 
     def _write(self, data):
-        self._sink.write(data)
-        self._offset += len(data) if isinstance(data, bytes) else data.nbytes
+        size = len(data) if isinstance(data, bytes) else data.nbytes
+        if size < _JOINED_BELOW:  # thousands of small arrays: one sink write per megabyte, not three per array
+            self._pending.append(data if isinstance(data, bytes) else bytes(data))
+            self._pending_bytes += size
+            if self._pending_bytes >= _JOIN_UP_TO:
+                self._flush()
+        else:
+            self._flush()
+            self._sink.write(data)
+        self._offset += size
+
+    def _flush(self):
+        if self._pending:
+            self._sink.write(b"".join(self._pending))
+            self._pending, self._pending_bytes = [], 0
 
     def add(self, name, pieces, size, crc):
         """Member ``name`` of ``size`` bytes with CRC-32 ``crc``: ``pieces`` (bytes or arrays) in order."""
@@ -298,3 +316,4 @@ class ZipWriter:
             self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0))
         else:
             self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, directory_size, start, 0))
+        self._flush()
