@@ -159,8 +159,8 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
     check_storable(layouts)
-    _, arrays = save_fetches_for(graph, layouts).stream(sess, prepare=lambda name, array: npz.prepare(name, array,
-                                                                                                     checksum))
+    _, arrays = save_fetches_for(graph, layouts).stream(
+        sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
     path = os.fspath(path)
     npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
               array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=checksum)

@@ -44,9 +44,11 @@ def test_a_save_writes_earlier_runs_before_it_fetches_the_last(tmp_path, monkeyp
     monkeypatch.setattr(npz_ops, "_RUN_BYTES", 16 * MB)  # a 12 MB variable per run (and the smalls with the first)
     monkeypatch.setattr(npz_ops, "_OVERLAP_BYTES", 0)    # no run is fetched while two are held
     graph, init = large_graph()
-    log, added = [], npz_writer.ZipWriter.add
+    log, added, added_rows = [], npz_writer.ZipWriter.add, npz_writer.ZipWriter.add_rows
     monkeypatch.setattr(npz_writer.ZipWriter, "add",
                         lambda self, name, *rest: (log.append(("write", name)), added(self, name, *rest))[1])
+    monkeypatch.setattr(npz_writer.ZipWriter, "add_rows", lambda self, layout, rows: (
+        log.extend(("write", member) for member in layout.members), added_rows(self, layout, rows))[1])
     with v1.Session(graph=graph) as sess:
         sess.run(init)
         expected = {v.op.name: value for v, value in zip(v1.global_variables(), sess.run(v1.global_variables()))}
@@ -133,3 +135,62 @@ def test_a_plan_streams_its_saves_and_fetches_the_step_with_the_first_run(tmp_pa
         saved = dict(zip(the_plan.saved_names, sess.run(the_plan.saved)))
     _, arrays = npzfile.read(path)
     assert {name: arrays[name].tobytes() for name in saved} == {name: v.tobytes() for name, v in saved.items()}
+
+
+# -- blocks of small arrays -------------------------------------------------------------
+
+
+def test_rows_written_as_one_block_read_back_exactly_and_stay_a_valid_npz(tmp_path):
+    import json
+    import zipfile
+
+    import ml_dtypes
+
+    path = str(tmp_path / "rows.npz")
+    for seed in range(3):  # the second and third writes reuse the cached layout: no stale bytes may leak
+        rng = np.random.default_rng(seed)
+        stack = rng.normal(size=(50, 3)).astype(np.float32)
+        halves = rng.normal(size=(4, 5)).astype(ml_dtypes.bfloat16)
+        names = tuple(f"scope_{i % 3}/{'x' * (i % 7)}v{i}" for i in range(50))  # names of many lengths
+        manifest = npzfile.write(path, iter([("big/w", np.arange(70_000, dtype=np.float64)),
+                                             npzfile.prepare_rows(names, stack),
+                                             npzfile.prepare_rows((f"h/{i}" for i in range(4)), halves),
+                                             ("tail/step", np.int64(seed))]))
+        read_manifest, arrays = npzfile.read(path)
+        assert read_manifest.names == manifest.names == ("big/w",) + names + tuple(f"h/{i}" for i in range(4)) + \
+            ("tail/step",)
+        for index, name in enumerate(names):
+            assert arrays[name].tobytes() == stack[index].tobytes() and arrays[name].shape == (3,)
+        assert arrays["h/2"].dtype == ml_dtypes.bfloat16 and arrays["h/2"].tobytes() == halves[2].tobytes()
+        assert int(arrays["tail/step"]) == seed
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+            raw = archive.read("__subsetsaver__.json")
+            offsets = {info.filename: info.header_offset for info in archive.infolist()}
+            crcs = {info.filename: info.CRC for info in archive.infolist()}
+        assert json.loads(raw) == npzfile.format.manifest_to_json(manifest)
+        with open(path, "rb") as handle:
+            data = handle.read()
+        for info_name, offset in offsets.items():  # local headers agree with the directory; data 64-byte aligned
+            assert int.from_bytes(data[offset + 14:offset + 18], "little") == crcs[info_name], info_name
+            name_length, extra_length = (int(n) for n in np.frombuffer(data[offset + 26:offset + 30], "<u2"))
+            header_length = 0 if info_name.endswith(".json") else 10 + int.from_bytes(
+                data[offset + 30 + name_length + extra_length + 8:offset + 30 + name_length + extra_length + 10],
+                "little")
+            if not info_name.endswith(".json"):
+                assert (offset + 30 + name_length + extra_length + header_length) % 64 == 0, info_name
+        with np.load(path, allow_pickle=False) as opened:
+            assert opened["scope_1.xv1"].tobytes() == stack[1].tobytes()
+
+
+def test_rows_refuse_what_a_file_cannot_hold(tmp_path):
+    stack = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"^3 names for rows of shape \[2, 3\]; give one name per row$"):
+        npzfile.prepare_rows(("a", "b", "c"), stack)
+    with pytest.raises(ValueError, match=r"^cannot write an array named '\.\./a': a '\.\.' part"):
+        npzfile.prepare_rows(("../a", "b"), stack)
+    for items in ([("a", np.ones(1)), npzfile.prepare_rows(("a", "b"), stack)],
+                  [npzfile.prepare_rows(("b", "b"), stack)]):
+        with pytest.raises(ValueError, match=r"^array '(a|b)' is written twice; names must be unique$"):
+            npzfile.write(str(tmp_path / "bad.npz"), iter(items))
+        assert not (tmp_path / "bad.npz").exists()

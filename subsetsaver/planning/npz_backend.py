@@ -78,7 +78,8 @@ class NpzBackend:
         layouts = [self._layouts[key] for key in self._keys]
         extra = [] if global_step is None or isinstance(global_step, numbers.Number) else [global_step]
         checksum = self.checksum
-        fetched, arrays = self._ops.save.stream(sess, extra, lambda name, array: npz.prepare(name, array, checksum))
+        fetched, arrays = self._ops.save.stream(sess, extra, lambda name, array: npz.prepare(name, array, checksum),
+                                                npz.prepare_rows)
         if extra:
             global_step = fetched[0]
         path = self._path(os.fspath(save_path), global_step)

@@ -37,7 +37,8 @@ _GATHER_BELOW = 64 << 10  # restore: arrays under this size are gathered from th
 
 class SaveFetches:
     """What a save fetches for one ordered set of layouts, in runs of about 32 MB (a larger variable
-    alone): one ``session.run`` per run, the small equal-shaped variables of a run as one ``stack``.
+    alone): one ``session.run`` per run, neighbouring small variables of one dtype and shape as one
+    ``stack``.
 
     Built once per graph and variable set (:func:`save_fetches_for`); with ``stacks=False`` (a
     finalized graph) no op is built and every variable is fetched itself.
@@ -56,28 +57,35 @@ class SaveFetches:
     def _run(members, stacks):
         import tensorflow as tf
 
-        fetches, takes, stacked = [], {}, set()
+        stack_of = {}  # name -> (dtype, shape) of the stack it may join
         if stacks:
-            for group in feed_groups(members).values():
-                if len(group) > 1 and _stored_bytes(group[0]) < _STACK_BELOW:
-                    takes.update((layout.name, (len(fetches), position)) for position, layout in enumerate(group))
-                    stacked.update(layout.name for layout in group)
-                    fetches.append(tf.stack([layout.parts[0].value() for layout in group]))
-        for layout in members:
-            if layout.name not in stacked:
-                takes[layout.name] = (len(fetches), None)
-                fetches.extend(layout.parts)  # the variable itself: its read op, no new op
-        ordered = [(layout.name, *takes[layout.name]) for layout in members]
-        return fetches, ordered, sum(_stored_bytes(layout) for layout in members)
+            for key, group in feed_groups(members).items():
+                if _stored_bytes(group[0]) < _STACK_BELOW:
+                    stack_of.update((layout.name, key) for layout in group)
+        fetches, takes, index = [], [], 0
+        while index < len(members):  # equal-shaped neighbours share a stack, so the order stays the layouts'
+            key, end = stack_of.get(members[index].name), index + 1
+            while key is not None and end < len(members) and stack_of.get(members[end].name) == key:
+                end += 1
+            if end - index > 1:
+                group = members[index:end]
+                takes.extend((layout.name, len(fetches), position) for position, layout in enumerate(group))
+                fetches.append(tf.stack([layout.parts[0].value() for layout in group]))
+            else:
+                takes.append((members[index].name, len(fetches), None))
+                fetches.extend(members[index].parts)  # the variable itself: its read op, no new op
+            index = end
+        return fetches, takes, sum(_stored_bytes(layout) for layout in members)
 
-    def stream(self, sess, extra_fetches=(), prepare=None):
+    def stream(self, sess, extra_fetches=(), prepare=None, prepare_rows=None):
         """``(values of extra_fetches, iterator of every layout's stored array)``, in layout order.
 
         The first run is fetched now, with ``extra_fetches``; the iterator fetches the next run
         in a worker thread while the caller writes the current one, as far as a budget of the
         largest run plus 64 MB allows, so a save holds about two runs, never the whole set.
         ``prepare(name, array)``, if given, runs in the worker on each array (hashing it) and
-        the iterator gives its results.
+        the iterator gives its results; ``prepare_rows(names, stack)``, if given, takes each
+        stack of small variables whole instead.
         """
         prepare = prepare or (lambda name, array: (name, array))
         first = self.runs[0][0] if self.runs else []
@@ -85,28 +93,34 @@ class SaveFetches:
         extra = values[len(first):]
         if not self.runs:
             return extra, iter(())
-        return extra, self._streamed(sess, self._taken(0, values[:len(first)], prepare), prepare)
+        prepared = (prepare, prepare_rows)
+        return extra, self._streamed(sess, self._taken(0, values[:len(first)], prepared), prepared)
 
-    def _taken(self, index, values, prepare) -> list:
-        arrays = []
+    def _taken(self, index, values, prepared) -> list:
+        prepare, prepare_rows = prepared
+        arrays, stacks = [], {}
         for name, position, in_stack in self.runs[index][1]:
-            if in_stack is not None:
-                array = values[position][in_stack]
-            else:
+            if in_stack is None:
                 layout = self.layouts[name]
                 array = joined(layout, values[position:position + len(layout.parts)]) if layout.partitioned \
                     else values[position]
-            arrays.append(prepare(name, array))
+                arrays.append(prepare(name, array))
+            elif prepare_rows is None:
+                arrays.append(prepare(name, values[position][in_stack]))
+            else:
+                stacks.setdefault(position, []).append(name)
+                if len(stacks[position]) == len(values[position]):
+                    arrays.append(prepare_rows(tuple(stacks[position]), values[position]))
         return arrays
 
-    def _streamed(self, sess, first, prepare):
+    def _streamed(self, sess, first, prepared):
         budget = _Budget(max(run[2] for run in self.runs) + _OVERLAP_BYTES)
         budget.take(self.runs[0][2])
 
         def fetched(index):
             if not budget.take(self.runs[index][2]):
                 return None  # the save was abandoned
-            return self._taken(index, sess.run(self.runs[index][0]), prepare)
+            return self._taken(index, sess.run(self.runs[index][0]), prepared)
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
             try:

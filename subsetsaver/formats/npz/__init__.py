@@ -21,7 +21,8 @@ Modules, each importing only those above it:
 - ``format``: constants, dtypes, :class:`ArrayEntry`, :class:`Manifest`, member names,
   ``.npy`` headers, the manifest's JSON schema;
 - ``memory``: aligned buffers and small bounded caches;
-- ``writer``: :func:`write` and the streaming zip writer;
+- ``zip_writer``: the streaming zip writer, blocks of small arrays included;
+- ``writer``: :func:`write`, :func:`prepare`, :func:`prepare_rows`;
 - ``sources``: the bytes of a file being read (local, or remote in memory);
 - ``rows``: gathering many small arrays into the rows of one buffer;
 - ``reader``: :class:`Archive`, :func:`read`, :func:`read_manifest`, :func:`verify`.
@@ -54,7 +55,7 @@ from .format import (
 )
 from .memory import aligned_bytes, evict_oldest
 from .reader import Archive, read, read_manifest, verify
-from .writer import PreparedArray, prepare, write
+from .writer import PreparedArray, PreparedRows, prepare, prepare_rows, write
 
 __all__ = [
     "name_problem",
@@ -69,6 +70,7 @@ __all__ = [
     "Manifest",
     "Archive",
     "PreparedArray",
+    "PreparedRows",
     "UnsupportedDtypeError",
     "aligned_bytes",
     "entry_spec",
@@ -76,6 +78,7 @@ __all__ = [
     "finish_background_work",
     "numpy_dtype",
     "prepare",
+    "prepare_rows",
     "read",
     "read_manifest",
     "verify",

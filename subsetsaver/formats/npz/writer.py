@@ -1,7 +1,8 @@
 """Writing a portable checkpoint: arrays streamed through a minimal zip writer into an atomic file.
 
 Arrays are written as they are (no second copy in memory), hashed in worker threads
-while earlier ones are written; the manifest goes last. The file appears whole under
+while earlier ones are written, or as they come from a stream; the manifest goes last.
+The zip layer is :mod:`.zip_writer`. The file appears whole under
 its name or not at all (:func:`subsetsaver.formats.atomic.replacing`). String and object
 arrays are refused (:class:`~subsetsaver.errors.UnsupportedDtypeError`): a portable file
 holds numbers only, so nothing in it can ask for pickle.
@@ -21,14 +22,12 @@ import datetime
 import hashlib
 import json
 import os
-import struct
 import zlib
 
 from ...errors import UnsupportedDtypeError
 from ...version import versions
 from .. import atomic
 from .format import (
-    ALIGNMENT,
     CHECKSUMS,
     DEFAULT_CHECKSUM,
     HASH_IN_THREADS,
@@ -40,7 +39,10 @@ from .format import (
     member_name,
     name_problem,
     npy_header,
+    numpy_dtype,
 )
+from .memory import evict_oldest
+from .zip_writer import ZipWriter, bytes_of, rows_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,38 @@ class PreparedArray:
     header: bytes
     crc: int            # CRC-32 of the member: header and data
     checksum: str       # the manifest's hex checksum (the CRC, or the data's SHA-256)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRows:
+    """Equal-shaped arrays given as the rows of one array (a save's stack of small variables):
+    array ``names[i]`` is ``rows[i]``. :func:`write` writes them as one block (see
+    :meth:`~subsetsaver.formats.npz.zip_writer.ZipWriter.add_rows`)."""
+
+    names: tuple
+    rows: object        # [count, *shape]: C-contiguous, little-endian, viewed as its stored dtype
+    true_dtype: str
+
+
+def prepare_rows(names, rows) -> PreparedRows:
+    """Check ``names`` (once per tuple of names) and ``rows``: the :class:`PreparedRows` :func:`write` takes.
+
+    >>> prepare_rows(('a/b', 'a/c'), np.zeros((2, 3), np.float32)).true_dtype
+    'float32'
+    """
+    names = tuple(names)
+    if names not in _checked_names:
+        for name in names:
+            _check_name(name)
+        _checked_names[names] = True
+        evict_oldest(_checked_names, keep=16)
+    data, true_dtype = _storable(names[0] if names else "rows", rows)
+    if data.ndim == 0 or len(data) != len(names):
+        raise ValueError(f"{len(names)} names for rows of shape {list(data.shape)}; give one name per row")
+    return PreparedRows(names, data, true_dtype)
+
+
+_checked_names = {}  # tuples of names prepare_rows has checked
 
 
 def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
@@ -81,6 +115,8 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     each array's data: stronger against random damage, about twice the CPU time).
     Neither is a signature: whoever can rewrite the file can rewrite its checksums.
 
+    :class:`PreparedRows` (equal-shaped small arrays as the rows of one) are written as one block.
+
     ``selector``: the selector text to record; ``metadata``: JSON for the whole file;
     ``array_info``: name -> JSON dict kept in that array's manifest entry. A mapping's arrays
     are hashed in worker threads while earlier ones are written.
@@ -100,22 +136,27 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
             _check_name(name)
             _true_dtype(name, value)
         _check_info(array_info, {name for name, _ in arrays})
-    entries, used, names = [], set(), set()
+    entries, fragments, used, names = [], [], set(), set()
     with atomic.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         zip_writer = ZipWriter(sink, force_zip64=_force_zip64)
-        items, index = _prepared(arrays, checksum, pool), 0
+        items, index = _prepared(arrays, checksum, pool, array_info), 0
         while (item := next(items, None)) is not None:  # not enumerate(): its tuple would keep the last array
-            if item.name in names:
-                raise ValueError(f"array {item.name!r} is written twice; names must be unique")
-            names.add(item.name)
-            member = member_name(item.name, index, used)
-            zip_writer.add(member, (item.header, item.data), len(item.header) + item.data.nbytes, item.crc)
-            entries.append(ArrayEntry(item.name, member, tuple(int(d) for d in item.data.shape), item.true_dtype,
-                                      STORED_AS[item.true_dtype], int(item.data.nbytes),
-                                      item.checksum if checksum == "sha256" else f"{item.crc:08x}",
-                                      array_info.get(item.name) or {}))
+            if isinstance(item, PreparedRows):
+                index = _add_rows(zip_writer, item, index, used, names, entries, fragments)
+            else:
+                if item.name in names:
+                    raise ValueError(f"array {item.name!r} is written twice; names must be unique")
+                names.add(item.name)
+                member = member_name(item.name, index, used)
+                zip_writer.add(member, (item.header, item.data), len(item.header) + item.data.nbytes, item.crc)
+                entry = ArrayEntry(item.name, member, tuple(int(d) for d in item.data.shape), item.true_dtype,
+                                   STORED_AS[item.true_dtype], int(item.data.nbytes),
+                                   item.checksum if checksum == "sha256" else f"{item.crc:08x}",
+                                   array_info.get(item.name) or {})
+                entries.append(entry)
+                fragments.append(_entry_json(entry))
+                index += 1
             del item  # a streamed array is let go once written
-            index += 1
         _check_info(array_info, names)
         manifest = Manifest(
             path=path,
@@ -126,14 +167,82 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
             written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             checksum=checksum,
         )
-        text = json.dumps(manifest_to_json(manifest), separators=(",", ":")).encode("utf-8")  # C encoder: fast
+        text = _manifest_text(manifest, fragments)
         zip_writer.add(MANIFEST_MEMBER, (text,), len(text), zlib.crc32(text))
         zip_writer.finish()
     return manifest
 
 
-def _prepared(arrays, checksum, pool):
-    """:class:`PreparedArray` values of ``arrays``; a list's large arrays hashed ahead in ``pool``."""
+def _add_rows(zip_writer, item, index, used, names, entries, fragments) -> int:
+    """Write a block of rows; returns the index of the next array."""
+    duplicated = names.intersection(item.names)
+    if duplicated or len(set(item.names)) != len(item.names):
+        name = min(duplicated) if duplicated else next(n for n in item.names if item.names.count(n) > 1)
+        raise ValueError(f"array {name!r} is written twice; names must be unique")
+    names.update(item.names)
+    stored = STORED_AS[item.true_dtype]
+    shape = tuple(int(d) for d in item.rows.shape[1:])
+    header = npy_header(stored, shape)
+    row_nbytes = item.rows.nbytes // len(item.names)
+    layout = _rows_layout(item.names, index, used, header, row_nbytes, zip_writer)
+    crcs = zip_writer.add_rows(layout, item.rows)
+    pieces = _row_fragments(layout, item.names, shape, item.true_dtype, stored, row_nbytes)
+    for name, member, crc, (before, after) in zip(item.names, layout.members, crcs, pieces):
+        checksum = f"{crc:08x}"
+        entries.append(ArrayEntry(name, member, shape, item.true_dtype, stored, row_nbytes, checksum, {}))
+        fragments.append(before + checksum + after)
+    return index + len(item.names)
+
+
+def _rows_layout(names, index, used, header, row_nbytes, zip_writer):
+    members = _row_members.get((names, index))
+    if members is None or not used.isdisjoint(members):
+        trial = set(used)
+        members = tuple(member_name(name, index + position, trial) for position, name in enumerate(names))
+        _row_members[(names, index)] = members
+        evict_oldest(_row_members, keep=16)
+    used.update(members)
+    return rows_layout(members, header, row_nbytes, zip_writer.offset, zip_writer.force_zip64)
+
+
+_row_members = {}  # (names, index of the first) -> their member names
+
+
+def _row_fragments(layout, names, shape, true_dtype, stored, row_nbytes):
+    """Per row, the JSON of its manifest entry before and after the checksum (cached per layout)."""
+    key = (names, layout.members, shape, true_dtype)
+    found = _fragments.get(key)
+    if found is None:
+        found = []
+        for name, member in zip(names, layout.members):
+            text = _entry_json(ArrayEntry(name, member, shape, true_dtype, stored, row_nbytes, _MARK, {}))
+            before, after = text.split(json.dumps(_MARK)[1:-1])
+            found.append((before, after))
+        _fragments[key] = found
+        evict_oldest(_fragments, keep=8)
+    return found
+
+
+_fragments = {}
+_MARK = "\u0000checksum\u0000"  # never in a name (names have no control characters), escaped in JSON
+
+
+def _entry_json(entry) -> str:
+    return json.dumps(manifest_to_json(Manifest(path="", arrays=(entry,)))["arrays"][0], separators=(",", ":"))
+
+
+def _manifest_text(manifest, fragments) -> bytes:
+    """The manifest's JSON, its entries given as text (what ``json.dumps(manifest_to_json(m))`` gives)."""
+    head = json.dumps(manifest_to_json(dataclasses.replace(manifest, arrays=())), separators=(",", ":"))
+    if not head.endswith('"arrays":[]}'):
+        raise AssertionError("the manifest's arrays must be its last field")
+    return (head[:-2] + ",".join(fragments) + "]}").encode("utf-8")
+
+
+def _prepared(arrays, checksum, pool, array_info):
+    """:class:`PreparedArray` (and :class:`PreparedRows`) values of ``arrays``; a list's large arrays
+    hashed ahead in ``pool``. Rows are split into arrays where their block cannot carry what the
+    manifest needs (a SHA-256 per array, or ``array_info``)."""
     if isinstance(arrays, list):
         futures = [pool.submit(prepare, name, value, checksum) if getattr(value, "nbytes", 0) >= HASH_IN_THREADS
                    else _FinishedFuture(prepare(name, value, checksum)) for name, value in arrays]
@@ -141,7 +250,13 @@ def _prepared(arrays, checksum, pool):
             yield future.result()
         return
     for item in arrays:
-        if isinstance(item, PreparedArray):
+        if isinstance(item, PreparedRows):
+            if checksum == "sha256" or not array_info.keys().isdisjoint(item.names):
+                rows = item.rows.view(numpy_dtype(item.true_dtype))  # the true dtype again (bfloat16, ...)
+                yield from (prepare(name, row, checksum) for name, row in zip(item.names, rows))
+            else:
+                yield item
+        elif isinstance(item, PreparedArray):
             if checksum == "sha256" and len(item.checksum) != 64:
                 raise ValueError(f"array {item.name!r} was prepared with crc32; prepare it with checksum='sha256'")
             yield item
@@ -210,14 +325,9 @@ def _raw_view(array, true_dtype):
 
 def _digest(header, raw, checksum):
     """(CRC-32 of the member: header + data, the manifest's hex checksum); both release the GIL."""
-    data = _bytes_of(raw)
+    data = bytes_of(raw)
     crc = zlib.crc32(data, zlib.crc32(header))
     return crc, (f"{crc:08x}" if checksum == "crc32" else hashlib.sha256(data).hexdigest())
-
-
-def _bytes_of(array):
-    """A flat byte view of a C-contiguous array (no copy)."""
-    return memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
 
 
 class _FinishedFuture:
@@ -228,92 +338,3 @@ class _FinishedFuture:
 
     def result(self):
         return self._value
-
-
-_JOINED_BELOW = 64 << 10  # writes smaller than this are joined ...
-_JOIN_UP_TO = 1 << 20     # ... into one of about this size
-
-
-class ZipWriter:
-    """A minimal streaming zip writer: stored members, 64-byte aligned data, zip64 when needed.
-
-    CRCs are known before a member is written, so it never seeks back: it works on
-    streams that cannot seek (``tf.io.gfile`` writers).
-
-    >>> zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
-    """
-
-    _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01: reproducible bytes
-    _PADDING_ID = 0xD935                 # the extra-field id zipalign uses for padding
-
-    def __init__(self, sink, *, force_zip64=False):
-        self._sink = sink
-        self._offset = 0
-        self._central = []
-        self._force_zip64 = force_zip64
-        self._pending, self._pending_bytes = [], 0  # small writes, joined into one
-
-    def _write(self, data):
-        size = len(data) if isinstance(data, bytes) else data.nbytes
-        if size < _JOINED_BELOW:  # thousands of small arrays: one sink write per megabyte, not three per array
-            self._pending.append(data if isinstance(data, bytes) else bytes(data))
-            self._pending_bytes += size
-            if self._pending_bytes >= _JOIN_UP_TO:
-                self._flush()
-        else:
-            self._flush()
-            self._sink.write(data)
-        self._offset += size
-
-    def _flush(self):
-        if self._pending:
-            self._sink.write(b"".join(self._pending))
-            self._pending, self._pending_bytes = [], 0
-
-    def add(self, name, pieces, size, crc):
-        """Member ``name`` of ``size`` bytes with CRC-32 ``crc``: ``pieces`` (bytes or arrays) in order."""
-        encoded = name.encode("ascii")
-        offset = self._offset
-        zip64 = self._force_zip64 or size >= 0xFFFFFFFF
-        extra = struct.pack("<HHQQ", 1, 16, size, size) if zip64 else b""
-        used = offset + 30 + len(encoded) + len(extra) + 4
-        padding = (-used) % ALIGNMENT
-        extra += struct.pack("<HH", self._PADDING_ID, padding) + b"\0" * padding
-        stored_size = 0xFFFFFFFF if zip64 else size
-        header = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if zip64 else 20, 0, 0, 0, self._DOS_DATE, crc,
-                             stored_size, stored_size, len(encoded), len(extra)) + encoded + extra
-        for piece in pieces:  # small pieces go out with the header in one write
-            if isinstance(piece, bytes):
-                header += piece
-            else:
-                if header:
-                    self._write(header)
-                    header = b""
-                if piece.nbytes:
-                    self._write(_bytes_of(piece))
-        if header:
-            self._write(header)
-        self._central.append((encoded, crc, size, offset))
-
-    def finish(self):
-        """The central directory and its end records (zip64 ones when sizes or offsets need them)."""
-        start = self._offset
-        for encoded, crc, size, offset in self._central:
-            big_size = self._force_zip64 or size >= 0xFFFFFFFF
-            big_offset = self._force_zip64 or offset >= 0xFFFFFFFF
-            fields = ([size, size] if big_size else []) + ([offset] if big_offset else [])
-            extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
-            self._write(struct.pack(
-                "<IHHHHHHIIIHHHHHII", 0x02014B50, (3 << 8) | 45, 45 if fields else 20, 0, 0, 0, self._DOS_DATE,
-                crc, 0xFFFFFFFF if big_size else size, 0xFFFFFFFF if big_size else size, len(encoded), len(extra),
-                0, 0, 0, 0o100644 << 16, 0xFFFFFFFF if big_offset else offset,
-            ) + encoded + extra)
-        end = self._offset
-        count, directory_size = len(self._central), end - start
-        if self._force_zip64 or count >= 0xFFFF or directory_size >= 0xFFFFFFFF or start >= 0xFFFFFFFF:
-            self._write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, count, count, directory_size, start))
-            self._write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
-            self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0))
-        else:
-            self._write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, directory_size, start, 0))
-        self._flush()
