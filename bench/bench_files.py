@@ -8,7 +8,11 @@
   resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor;
 - ``subsetsaver diff A B`` and ``subsetsaver average A B -o OUT`` on two such checkpoints, against
   TensorFlow scripts that read both with ``tf.train.load_checkpoint`` and compare them with numpy,
-  or average them and write the result with ``SaveV2``; the note gives the read rate and peaks.
+  or average them and write the result with ``SaveV2``; the note gives the read rate and peaks;
+- ``subsetsaver convert CKPT OUT --to name`` of a TF2 object-based checkpoint (``tf.train.Checkpoint``
+  of 64 MB ``tf.Variable`` s and a Keras 3 Adam's slots over them, written by TensorFlow in a child
+  process), against a TensorFlow script that reads it with ``tf.train.load_checkpoint`` and writes
+  its tensors with ``SaveV2``; the note gives both peaks and the largest tensor.
 
 Sides alternate; each line is the median of 3 runs. Run: ``python bench/bench_files.py``
 (smaller: ``SUBSETSAVER_BENCH_GB=0.25``).
@@ -57,6 +61,32 @@ a, b = (tf.train.load_checkpoint(p) for p in sys.argv[1:3])
 names = sorted(a.get_variable_to_shape_map())
 tf.raw_ops.SaveV2(prefix=sys.argv[3], tensor_names=names, shape_and_slices=[""] * len(names),
                   tensors=[(a.get_tensor(n) + b.get_tensor(n)) / 2 for n in names])
+"""
+
+
+TF_OBJECT_CHECKPOINT = """
+import sys
+import keras
+import tensorflow as tf
+prefix, count, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+variables = [tf.Variable(tf.fill((rows, 1024), float(index)), name=f"layer_{index}/w") for index in range(count)]
+optimizer = keras.optimizers.Adam()
+optimizer.build(variables)
+for index, slot in enumerate(v for v in optimizer.variables if len(v.shape) == 2):
+    slot.assign(tf.fill(slot.shape, index + 0.5))
+optimizer.iterations.assign(1000)
+tf.train.Checkpoint(variables=variables, optimizer=optimizer).write(prefix)
+"""
+
+TF_OBJECT_TO_NAME = """
+import sys
+import tensorflow as tf
+prefix, output = sys.argv[1], sys.argv[2]
+reader = tf.train.load_checkpoint(prefix)
+keys = sorted(k for k in reader.get_variable_to_shape_map() if k != "_CHECKPOINTABLE_OBJECT_GRAPH")
+names = [k.replace("/.ATTRIBUTES/VARIABLE_VALUE", "") for k in keys]
+tf.raw_ops.SaveV2(prefix=output, tensor_names=names, shape_and_slices=[""] * len(names),
+                  tensors=[reader.get_tensor(k) for k in keys])
 """
 
 
@@ -146,8 +176,28 @@ def run(report=print_line):
         report("average two of them (ours verifies every tensor)", ours, theirs,
                f"ours reads {read / ours:.0f} MB/s; peak RSS ours {ours_peak / 2**20:.0f} MB, "
                f"TensorFlow {theirs_peak / 2**20:.0f} MB")
+        object_to_name(directory, clean, report)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def object_to_name(directory, clean, report=print_line):
+    """The line 'convert an object-based checkpoint to name-based': variables of TENSOR_MB and their
+    two Adam slots each, about GIGABYTES in all, written by TensorFlow."""
+    count = max(1, round(GIGABYTES * 1024 / TENSOR_MB / 3))
+    rows = TENSOR_MB * 2**20 // 4 // 1024
+    source = os.path.join(directory, "object", "ckpt")
+    subprocess.run([sys.executable, "-c", TF_OBJECT_CHECKPOINT, source, str(count), str(rows)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    size = sum(os.path.getsize(os.path.join(directory, "object", n)) for n in os.listdir(os.path.dirname(source)))
+    (ours, ours_peak), (theirs, theirs_peak) = paired(
+        [sys.executable, "-m", "subsetsaver", "convert", source, os.path.join(directory, "out", "name"), "--to", "name"],
+        [sys.executable, "-c", TF_OBJECT_TO_NAME, source, os.path.join(directory, "out", "tf")], clean)
+    report("convert an object-based checkpoint to name-based", ours, theirs,
+           f"{size / 2**30:.2f} GB, {count} variable{'s' if count > 1 else ''} and {2 * count} Adam slots "
+           "(ours writes TF1 names, global_step, beta powers, and verifies); "
+           f"peak RSS ours {ours_peak / 2**20:.0f} MB, TensorFlow {theirs_peak / 2**20:.0f} MB; "
+           f"largest tensor {TENSOR_MB} MB")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ ALLOWED = {
     "tools": {"errors", "formats", "catalog", "selectors", "planning"},
     "draw": {"errors", "catalog", "selectors", "audit", "planning"},
     "keras": {"errors", "tf_internals", "formats", "catalog", "selectors", "planning", "portable"},
-    "cli": {"errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw"},
+    "cli": {"errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw", "keras"},
     "__main__": {"cli"},
     "__init__": set(),  # the public surface re-exports every room
 }

@@ -2,7 +2,8 @@
 ``tf.Graph`` with ``tf.compat.v1.train.AdamOptimizer`` predicts bit-exact in Keras 3 after a load by
 name (remap rules) and by creation order, with Adam's moments and the step in the Keras optimizer;
 TF1 Momentum, RMSProp and Adagrad slots; every mismatch listed at once before any variable changes;
-``on_mismatch='initialize'``; selectors; plain ``tf.Module`` targets; damaged files.
+``on_mismatch='initialize'``; selectors; plain ``tf.Module`` targets; damaged files; memory that
+holds one tensor at a time.
 
 The TF1 side is written with Keras 3's math (``tf.nn.batch_normalization`` with Keras's epsilon, a
 bias added after the convolution), so the two predictions can be compared byte for byte.
@@ -10,6 +11,7 @@ bias added after the convolution), so the two predictions can be compared byte f
 
 import os
 import shutil
+import weakref
 
 import keras
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
+import subsetsaver.keras.load as load_module
 
 v1 = tf.compat.v1
 EPSILON = 1e-3
@@ -464,6 +467,61 @@ def test_a_damaged_checkpoint_changes_no_variable(trained, tmp_path):
     before_model, before_optimizer = values(model.weights), values(optimizer.variables)
     with pytest.raises(ss.CorruptCheckpointError):
         ss.keras.load_checkpoint(model, str(tmp_path / "model"), optimizer, match="order")
+    assert_unchanged(before_model, model.weights)
+    assert_unchanged(before_optimizer, optimizer.variables)
+
+
+class ReadTracker:
+    """Wraps the loader's ``read_tensors``: the names of each pass, and the most arrays alive at once
+    (a weak reference to every array it hands out)."""
+
+    def __init__(self, monkeypatch):
+        self.passes, self.alive, self.most = [], [], 0
+        real = load_module.read_tensors
+
+        def read_tensors(path, names):
+            names = list(names)
+            self.passes.append(names)
+            for name, array in real(path, names):
+                self.alive = [ref for ref in self.alive if ref() is not None] + [weakref.ref(array)]
+                self.most = max(self.most, len(self.alive))
+                yield name, array
+                del array
+
+        monkeypatch.setattr(load_module, "read_tensors", read_tensors)
+
+
+def test_values_are_checked_then_assigned_one_tensor_at_a_time(trained, monkeypatch):
+    tracker = ReadTracker(monkeypatch)
+    model, optimizer = keras_cnn(), keras.optimizers.Adam(0.01)
+    report = ss.keras.load_checkpoint(model, trained.prefix, optimizer, remap=REMAP)
+    read = [*WEIGHTS.values(), *report.optimizer_restored.values()]
+    assert len(tracker.passes) == 2 and tracker.passes[0] == tracker.passes[1]
+    assert sorted(tracker.passes[0]) == sorted(read) and len(read) == 21
+    assert 1 <= tracker.most <= 2  # never the checkpoint's 21 tensors together
+    assert np.asarray(model(batch(seed=5)[0], training=False)).tobytes() == trained.prediction.tobytes()
+    assert report.iterations == STEPS
+
+
+def test_a_tensor_damaged_late_in_the_file_changes_no_variable(trained, tmp_path, monkeypatch):
+    tracker = ReadTracker(monkeypatch)
+    ss.keras.load_checkpoint(keras_cnn(), trained.prefix, keras.optimizers.Adam(0.01), remap=REMAP)
+    last = [name for name in tracker.passes[0] if name != "global_step"][-1]  # read last, but for the step
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copy(trained.prefix + suffix, str(tmp_path / "model") + suffix)
+    data = tmp_path / "model.data-00000-of-00001"
+    content = bytearray(data.read_bytes())
+    stored = trained.values[last].tobytes()
+    assert content.count(stored) == 1, last
+    content[content.index(stored) + len(stored) - 1] ^= 0x01
+    data.write_bytes(bytes(content))
+    tracker.passes.clear()
+    model, optimizer = keras_cnn(), keras.optimizers.Adam(0.01)
+    optimizer.build(model.trainable_variables)
+    before_model, before_optimizer = values(model.weights), values(optimizer.variables)
+    with pytest.raises(ss.CorruptCheckpointError, match=f"'{last}'"):
+        ss.keras.load_checkpoint(model, str(tmp_path / "model"), optimizer, remap=REMAP)
+    assert len(tracker.passes) == 1  # refused in the checking pass
     assert_unchanged(before_model, model.weights)
     assert_unchanged(before_optimizer, optimizer.variables)
 

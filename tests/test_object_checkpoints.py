@@ -112,7 +112,7 @@ def keras3_checkpoint(tmp_path_factory):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="d1"),
                               keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(2, name="d2")],
                              name="net")
-    optimizer = keras.optimizers.Adam(0.01)
+    optimizer = keras.optimizers.Adam(0.01, name="adam")  # named: a process may have made an "adam" already
     model.compile(optimizer, "mse")
     model.fit(X, Y, batch_size=4, epochs=1, verbose=0, shuffle=False)
     return tf.train.Checkpoint(model=model, optimizer=optimizer).write(

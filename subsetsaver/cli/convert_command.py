@@ -1,40 +1,63 @@
 """``convert``: a checkpoint file in another format: TensorFlow (name-based), .npz or .safetensors;
-a TensorFlow 2 object-based checkpoint into any of them (``--to name``: named as a TF1 graph names it)."""
+a TensorFlow 2 object-based checkpoint into any of them (``--to name``: named as a TF1 graph names it);
+a TF1 checkpoint into a TF2 object-based one (``--to object``), through the Keras 3 model that
+``--model MODULE:FUNCTION`` builds (TensorFlow is imported only then)."""
 
 import click
 
-from .. import catalog
+from .. import catalog, keras
 from ..selectors import format_bytes
 from ..tools import convert
 from .options import parse_remap
 from .output import echo_json, prepare_output
 
-_KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetensors file"}
+_KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetensors file",
+          "object": "object-based checkpoint"}
 
 
 @click.command("convert")
 @click.argument("source")
 @click.argument("output")
-@click.option("--keep", metavar="EXPR", help="Selector of the tensors to convert (default: all), e.g. \"~slots()\".")
-@click.option("--to", "to", type=click.Choice(convert.FORMATS),
+@click.option("--keep", metavar="EXPR", help="Selector of the tensors to convert (default: all), e.g. \"~slots()\"; "
+              "with --to object, of the model's weights to load.")
+@click.option("--to", "to", type=click.Choice((*convert.FORMATS, "object")),
               help="Format of OUTPUT (default: from its extension; a path without .npz or .safetensors is "
-                   "a TensorFlow checkpoint prefix, 'name').")
+                   "a TensorFlow checkpoint prefix, 'name'); 'object': a TF2 object-based checkpoint of --model.")
+@click.option("--model", "model", metavar="MODULE:FUNCTION",
+              help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
+                   "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")
+@click.option("--match", "match", type=click.Choice(keras.MATCHES),
+              help="With --to object: pair the model's weights with SOURCE's by name (default; with --remap "
+                   "OLD=NEW from the checkpoint's names to the model's) or by creation order.")
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Write tensor or scope OLD as NEW, e.g. model/=net/ (repeatable).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
-def convert_command(source, output, keep, to, remap, force, as_json):
+def convert_command(source, output, keep, to, model, match, remap, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
     graph names its variables: full names, TF1 slot names, global_step, Adam's beta powers.
+    --to object loads SOURCE (TF1 or tf.keras) into the Keras 3 model that --model builds and
+    writes it with tf.train.Checkpoint (with TensorFlow), read back and checked bit-exact.
 
     \b
       subsetsaver convert train/model-9000 model.safetensors --keep "trainable() | bn_stats()"
       subsetsaver convert train/model-9000 model.npz --keep "~slots()"
       subsetsaver convert model.npz serve/model
       subsetsaver convert keras/weights tf1/model --to name --keep "~slots()"
+      subsetsaver convert train/model-9000 tf2/ckpt --to object --model models.py:build --remap conv_1/=conv/
     """
+    if to == "object":
+        if model is None:
+            raise click.UsageError("--to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
+                                   "model (or tf.Module, or (model, optimizer)) to write")
+        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "name", force=force,
+                   as_json=as_json)
+        return
+    for flag, given in (("--model", model), ("--match", match)):
+        if given is not None:
+            raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
     to = to or catalog.file_format(output)
     source_format = catalog.file_format(source)
     if to == source_format and (to != "name" or catalog.checkpoint_kind(source) != "object"):
@@ -65,3 +88,33 @@ def convert_command(source, output, keep, to, remap, force, as_json):
         click.echo(f"left out: {', '.join(report.dropped)}")
     elif keep is not None:
         click.echo(f"warning: --keep \"{keep}\" leaves out no tensor of {report.source}", err=True)
+
+
+def _to_object(source, output, model, *, keep, remap, match, force, as_json):
+    report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match, overwrite=force)
+    load = report.load
+    left = [*load.initialized, *load.optimizer_initialized]
+    if as_json:
+        echo_json({"source": report.source, "output": report.output, "kind": _KINDS["object"], "format": "object",
+                   "source_format": catalog.file_format(report.source),
+                   "source_kind": catalog.checkpoint_kind(report.source), "model": report.builder,
+                   "tensors": report.tensors, "bytes": report.nbytes, "match": load.match,
+                   "restored": dict(load.restored), "optimizer_restored": dict(load.optimizer_restored),
+                   "iterations": load.iterations, "initialized": list(load.initialized),
+                   "optimizer_initialized": list(load.optimizer_initialized), "unused": list(load.unused),
+                   "verified": list(report.verified)})
+        return
+    click.echo(f"wrote {_KINDS['object']} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
+               f"(from {report.source}, through {report.builder})")
+    weights = len(load.restored) + len(load.initialized)
+    loaded = f"loaded {len(load.restored)} of {weights} weights"
+    if load.optimizer_restored or load.optimizer_initialized:
+        optimizer = len(load.optimizer_restored) + len(load.optimizer_initialized)
+        loaded += f" and {len(load.optimizer_restored)} of {optimizer} optimizer variables"
+    if load.iterations is not None:
+        loaded += f" (iterations {load.iterations})"
+    click.echo(f"{loaded}; all {len(report.verified)} read back bit-exact")
+    if left:
+        click.echo(f"left as built: {', '.join(left)}")
+    if load.unused:
+        click.echo(f"not read: {', '.join(load.unused)}")

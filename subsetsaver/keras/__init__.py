@@ -3,7 +3,9 @@
 ``save_npz`` / ``restore_npz`` (:mod:`.npz`) write and read portable ``.npz`` files of a
 model's and optimizer's variables; ``load_checkpoint`` (:mod:`.load`) puts a TensorFlow
 checkpoint (TF1 name-based, or tf.keras object-based) into a Keras 3 model and its
-optimizer, paired by name (:mod:`.matching`, with remap rules) or by creation order.
+optimizer, paired by name (:mod:`.matching`, with remap rules) or by creation order;
+``convert_checkpoint`` (:mod:`.convert`) writes such a checkpoint as a TF2 object-based one
+through the Keras 3 model a function of the user's builds.
 ``variables`` names the model's weights and the optimizer's slots; ``checkpoint_side``
 says what each checkpoint tensor is (weight, slot of which kind, step).
 
@@ -17,12 +19,16 @@ Example::
     3000
 """
 
+from .convert import ObjectConvertReport, convert_checkpoint, import_builder
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
 from .npz import restore_npz, save_npz
 
 __all__ = [
     "MATCHES",
     "CheckpointLoadReport",
+    "ObjectConvertReport",
+    "convert_checkpoint",
+    "import_builder",
     "load_checkpoint",
     "restore_npz",
     "save_npz",

@@ -5,7 +5,9 @@ The checkpoint is read through the project's catalog, without TensorFlow's reade
 model weight is paired with a checkpoint tensor (by name with ``remap`` rules, or by
 creation order), optimizer slots follow their weights, the iteration counter reads the
 step; every missing, unexpected, reshaped and retyped tensor is found before any variable
-changes, and the values are assigned bit-exact, never cast.
+changes. Every value is read and checked against its checksum, one at a time, before the
+first is assigned; then read again and assigned bit-exact, never cast: memory holds about
+one tensor, not the checkpoint.
 
 Example::
 
@@ -81,9 +83,12 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
     or holds with another shape or dtype, raises one CheckpointMismatchError that lists
     every difference, unexpected tensors too, and nothing changes) or 'initialize' (those
     variables are left as they are and reported). Tensors the model does not read (a TF1
-    head a Keras model replaces) are reported in ``unexpected`` and stop nothing. Every value
-    is read, and checked against its checksum, before the first assignment (so they are held
-    in memory together once), and assigned bit-exact: a dtype is never cast.
+    head a Keras model replaces) are reported in ``unexpected`` and stop nothing. The values are
+    read twice, one tensor in memory at a time: first each is read and checked against its
+    checksum, then dropped, so a damaged tensor anywhere changes no variable; then each is read
+    again (checked again, from the page cache) and assigned at once, bit-exact: a dtype is never
+    cast. A file rewritten between the two passes can leave the load half done (the second
+    read's checksum still refuses a damaged value, but the variables before it hold theirs).
 
     >>> load_checkpoint(model, 'ckpt/', match='order').restored['bn/gamma']
     'conv_1/bn/gamma'
@@ -117,16 +122,32 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
                                           [f.problem for f in findings])
         step = optimizer_pairs.pop(state.iterations, None) if state is not None else None
         needed = list(dict.fromkeys([*loading.values(), *optimizer_pairs.values(), *([step] if step else [])]))
-        values = dict(read_tensors(view.path, needed))  # all read (and checked) before any assignment
+        targets = {key: [] for key in needed}
         for name, key in loading.items():
-            weights.variables[name].assign(values[key])
+            targets[key].append(weights.variables[name])
         for path, key in optimizer_pairs.items():
-            state.variables[path].assign(values[key])
+            targets[key].append(state.variables[path])
+        _check_every_value(view.path, needed)
         iterations = None
-        if step is not None:
-            iterations = int(values[step])
-            state.variables[state.iterations].assign(iterations)
+        for key, array in read_tensors(view.path, needed):  # read again (and checked again), assigned at once
+            for variable in targets[key]:
+                variable.assign(array)
+            if key == step:
+                iterations = int(array)
+                state.variables[state.iterations].assign(iterations)
+            del array
     return _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match)
+
+
+def _check_every_value(path, names) -> None:
+    """Read each of ``names`` of checkpoint ``path`` (the reader checks it against its checksum) and drop
+    it: the first pass of a load, so that a damaged tensor anywhere stops the load before any variable
+    changes, with one tensor in memory at a time.
+
+    >>> _check_every_value('train/model-3', ['conv_1/w', 'global_step'])
+    """
+    for _, array in read_tensors(path, names):
+        del array  # held no longer than its check
 
 
 def _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match):

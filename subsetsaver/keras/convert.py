@@ -1,0 +1,311 @@
+"""A TF1 checkpoint rewritten as a TensorFlow 2 object-based one, through the Keras 3 model that reads it.
+
+:func:`convert_checkpoint` builds the model (and optimizer) with a function of the user's,
+loads the checkpoint into it with :func:`~subsetsaver.keras.load_checkpoint` (remap rules,
+selector, match by name or order), writes ``tf.train.Checkpoint(model=model,
+optimizer=optimizer)`` and reads the result back with the project's own reader: every
+loaded variable must hold, byte for byte, the source tensor it was loaded from. Only then
+is the output put in place (local paths: written beside it, then renamed) and named the
+latest checkpoint of its directory (``tf.train.Checkpoint.write`` does not name it).
+
+A Keras 3 user reads the output back with the same function:
+``tf.train.Checkpoint(model=model, optimizer=optimizer).read(prefix)`` (the optimizer may be
+built before or after; a model alone reads it too).
+
+Example::
+
+    >>> report = convert_checkpoint('train/model-3', 'tf2/ckpt', 'models:build',
+    ...                             remap={'conv_1/w': 'conv/kernel'})
+    >>> report.output, report.load.iterations
+    ('tf2/ckpt', 3)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import importlib
+import importlib.util
+import os
+import re
+import sys
+
+import numpy as np
+
+from .. import catalog as catalog_module
+from ..errors import CorruptCheckpointError
+from ..formats import atomic, tf_state
+from ..selectors import as_selector
+from .checkpoint_side import checkpoint_path
+from .load import MATCHES, CheckpointLoadReport, load_checkpoint
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_FORM = ("name a module (my_models, pkg.models) or a file (path/to/models.py), a colon and a function "
+         "of no arguments, e.g. my_models:build")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectConvertReport:
+    """What :func:`convert_checkpoint` did: ``source`` (the prefix read), ``output`` (the prefix
+    written), ``builder`` (the function's name, ``models:build``), ``load`` (the
+    :class:`~subsetsaver.keras.CheckpointLoadReport` of the load into the model), ``tensors``
+    and ``nbytes`` (the output's tensors and the bytes of their values, as its catalog reads
+    them) and ``verified`` (the output's tensors compared bit-exact with their source tensors).
+    """
+
+    source: str
+    output: str
+    builder: str
+    load: CheckpointLoadReport
+    tensors: int
+    nbytes: int
+    verified: tuple
+
+
+def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="name",
+                       overwrite=False) -> ObjectConvertReport:
+    """Write ``checkpoint`` (TF1 name-based or tf.keras object-based) as a TF2 object-based checkpoint
+    ``output`` of the Keras 3 model (or ``tf.Module``) that ``build`` returns.
+
+    ``build``: a function of no arguments, or its ``'MODULE:FUNCTION'`` text
+    (:func:`import_builder`), returning a built model, or ``(model, optimizer)``. ``keep``
+    (``sel`` of the load: the model weights to load; the rest keep their built values), ``remap``
+    and ``match``: as :func:`~subsetsaver.keras.load_checkpoint` takes them. ``overwrite``:
+    replace an existing ``output``. Everything that can be refused (the output, the builder,
+    any mismatch) is refused before anything is written; a written output that does not read
+    back bit-exact is a CorruptCheckpointError, and is not left in place.
+
+    >>> convert_checkpoint('train/', 'tf2/ckpt', 'models.py:build', keep='~slots()').verified[:2]
+    ('conv/kernel', 'conv/bias')
+    """
+    if match not in MATCHES:  # refused before the builder imports TensorFlow
+        raise ValueError(f"match={match!r} is not one of {', '.join(repr(m) for m in MATCHES)}")
+    source = checkpoint_path(checkpoint)
+    catalog_module.file_catalog(source)  # a missing or unreadable source is refused first
+    output = os.fspath(output)
+    _refuse_output(output, source, overwrite)
+    keep = as_selector(keep, "keep")
+    builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
+    model, optimizer = built_model(builder, label)
+    report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match)
+    target = atomic.temporary_name(atomic.local_path(output)) if atomic.is_local(output) else output
+    try:
+        written = _write(model, optimizer, target)
+        out, verified = _verify(source, written, report, output)
+    except BaseException:
+        if target != output:
+            _remove_checkpoint(target)
+        raise
+    if target != output:
+        _rename_checkpoint(target, output)
+    _record_latest(output)
+    return ObjectConvertReport(source, output, label, report, len(out.records),
+                               sum(record.nbytes for record in out.records), verified)
+
+
+def import_builder(text):
+    """The function ``'MODULE:FUNCTION'`` names: ``MODULE`` is an importable module (the current
+    directory is on the search path while it is imported, as with ``python -m``) or a
+    ``path/to/file.py`` (its directory is searched first while it is imported). Every problem is one ValueError or TypeError that
+    names ``text``.
+
+    >>> import_builder('models.py:build').__name__
+    'build'
+    """
+    module_text, colon, function = text.rpartition(":")
+    is_file = module_text.endswith(".py")
+    if not colon or not module_text or not function.isidentifier() or not (is_file or _DOTTED.match(module_text)):
+        raise ValueError(f"model builder '{text}' is not MODULE:FUNCTION: {_FORM}")
+    if is_file:
+        if not os.path.isfile(module_text):
+            raise ValueError(f"model builder '{text}': no file '{module_text}'")
+        module = _import_file(text, module_text)
+    else:
+        module = _import_module(text, module_text)
+    if not hasattr(module, function):
+        raise ValueError(f"model builder '{text}': module '{module_text}' has no function '{function}'")
+    found = getattr(module, function)
+    if not callable(found):
+        raise TypeError(f"model builder '{text}': '{function}' of module '{module_text}' is not a function "
+                        f"(it is {type(found).__name__})")
+    return found
+
+
+def built_model(builder, label) -> tuple:
+    """``(model, optimizer or None)`` from calling ``builder``: a ValueError names ``label`` when it
+    raises, a TypeError when it returns anything but a Keras 3 model or ``tf.Module``, or a
+    ``(model, optimizer)`` tuple of them.
+
+    >>> model, optimizer = built_model(lambda: (model, keras.optimizers.Adam()), 'models:build')
+    """
+    import keras
+    import tensorflow as tf
+
+    try:
+        result = builder()
+    except Exception as error:
+        raise ValueError(f"model builder '{label}' raised {type(error).__name__}: {_first_line(error)}") from error
+    model, optimizer = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+    is_model = catalog_module.is_keras_model(model) or isinstance(model, tf.Module)
+    if not is_model or not (optimizer is None or isinstance(optimizer, keras.optimizers.Optimizer)):
+        what = (f"a tuple of {type(model).__name__} and {type(optimizer).__name__}" if isinstance(result, tuple)
+                else f"a {type(result).__name__}")
+        raise TypeError(f"model builder '{label}' returned {what}, not a Keras 3 model or tf.Module, or a "
+                        "(model, optimizer) tuple with a Keras 3 optimizer")
+    return model, optimizer
+
+
+# ---------------------------------------------------------------------------------
+
+
+def _label(build) -> str:
+    if not callable(build):
+        raise TypeError(f"build is a function or its 'MODULE:FUNCTION' text, got {type(build).__name__}")
+    return f"{getattr(build, '__module__', '?')}:{getattr(build, '__qualname__', type(build).__name__)}"
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _import_module(text, name):
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(name)
+    except Exception as error:
+        raise ValueError(f"model builder '{text}': cannot import module '{name}' "
+                         f"({type(error).__name__}: {_first_line(error)})") from error
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(here)
+
+
+def _import_file(text, path):
+    name = os.path.splitext(os.path.basename(path))[0]
+    directory = os.path.dirname(os.path.abspath(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    registered = name not in sys.modules
+    if registered:
+        sys.modules[name] = module
+    sys.path.insert(0, directory)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        if registered:
+            del sys.modules[name]
+        raise ValueError(f"model builder '{text}': cannot import '{path}' "
+                         f"({type(error).__name__}: {_first_line(error)})") from error
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(directory)
+    return module
+
+
+def _existing(prefix) -> list:
+    return sorted(glob.glob(glob.escape(prefix) + ".index") + glob.glob(glob.escape(prefix) + ".data-*"))
+
+
+def _refuse_output(output, source, overwrite):
+    if os.path.abspath(output) == os.path.abspath(source):
+        raise ValueError(f"output '{output}' is the source checkpoint '{source}'; write to a new prefix")
+    if not atomic.is_local(output):
+        return
+    local = atomic.local_path(output)
+    if os.path.isdir(local):
+        raise IsADirectoryError(f"output '{output}' is a directory; name a checkpoint prefix such as '{output}/ckpt'")
+    existing = _existing(local)
+    if existing and not overwrite:
+        raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force) "
+                              "to replace it")
+
+
+def _write(model, optimizer, prefix) -> str:
+    import tensorflow as tf
+
+    trackables = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer}
+    parent = os.path.dirname(prefix)
+    if parent and atomic.is_local(prefix):
+        os.makedirs(atomic.local_path(parent), exist_ok=True)
+    return tf.train.Checkpoint(**trackables).write(prefix)
+
+
+def _verify(source, written, report, output) -> tuple:
+    """The catalog of ``written`` (``output``'s files, maybe under a temporary prefix), and the names
+    of its tensors that hold bit-exact what the load read."""
+    out = catalog_module.file_catalog(written)
+    if out.checkpoint_kind != "object":
+        raise CorruptCheckpointError(f"checkpoint '{output}' that tf.train.Checkpoint wrote is not object-based")
+    # the iteration counter comes last in optimizer_restored (load._report puts it there)
+    step = next(reversed(report.optimizer_restored)) if report.iterations is not None else None
+    pairs = [*report.restored.items(), *report.optimizer_restored.items()]
+    names = {record.name for record in out.records}
+    for name, _ in pairs:
+        if name not in names:
+            raise CorruptCheckpointError(f"checkpoint '{output}' that tf.train.Checkpoint wrote holds no tensor "
+                                         f"named '{name}'; its tensors: {', '.join(sorted(names))}")
+    got_values = catalog_module.read_tensors(written, [name for name, _ in pairs])
+    expected_values = catalog_module.read_tensors(source, [key for _, key in pairs])
+    for (name, got), (key, expected) in zip(got_values, expected_values):
+        why = _difference(got, expected, counter=name == step)
+        if why:
+            raise CorruptCheckpointError(f"checkpoint '{output}' does not hold what was loaded from '{source}': "
+                                         f"'{name}' {why} '{key}'")
+        del got, expected
+    return out, tuple(name for name, _ in pairs)
+
+
+def _difference(got, expected, counter=False) -> str:
+    """Why ``got`` is not ``expected`` byte for byte ('' when it is); an iteration counter compares
+    by value (an int32 step fills Keras's int64 counter)."""
+    if counter and got.shape == expected.shape == () and np.issubdtype(got.dtype, np.integer) \
+            and np.issubdtype(expected.dtype, np.integer):
+        return "" if int(got) == int(expected) else f"holds {int(got)}, not the {int(expected)} of"
+    if got.dtype != expected.dtype or got.shape != expected.shape:
+        return f"is {list(got.shape)} {got.dtype}, not the {list(expected.shape)} {expected.dtype} of"
+    if np.ascontiguousarray(got).tobytes() != np.ascontiguousarray(expected).tobytes():
+        return "holds other bytes than"
+    return ""
+
+
+def _files(prefix) -> list:
+    return _existing(atomic.local_path(prefix))
+
+
+def _remove_checkpoint(prefix):
+    for path in _files(prefix):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def _rename_checkpoint(temporary, output):
+    """Put the verified files in place: the old ``.index`` goes first and the new one comes last, so a
+    reader in between finds no checkpoint rather than an old index over new data."""
+    local = atomic.local_path(output)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(local + ".index")
+    moved = set()
+    for path in _files(temporary):
+        if not path.endswith(".index"):
+            target = local + path[len(temporary):]
+            os.replace(path, target)
+            moved.add(target)
+    os.replace(temporary + ".index", local + ".index")
+    for stale in _existing(local):
+        if stale not in moved and not stale.endswith(".index"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(stale)
+    atomic.fsync_directory(os.path.dirname(local))
+
+
+def _record_latest(prefix):
+    """Name ``prefix`` the latest checkpoint of its directory's state file, keeping the ones it lists."""
+    directory = os.path.dirname(prefix) or "."
+    state = tf_state.read_state(directory)
+    tf_state.write_state(directory, prefix, () if state is None else state.kept)
