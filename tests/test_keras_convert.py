@@ -7,6 +7,7 @@ predicted, with Adam's moments and step; every refusal one line, exit 2, and not
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,8 @@ def test_refusals_before_anything_is_written(trained, builders, tmp_path, run_cl
         (["--model", "tests_module:build"], "Error: --model is for --to object (a TF2 object-based checkpoint of a "
                                             "Keras 3 model)"),
         (["--match", "order"], "Error: --match is for --to object (a TF2 object-based checkpoint of a Keras 3 model)"),
+        (["--on-mismatch", "initialize"],
+         "Error: --on-mismatch is for --to object (a TF2 object-based checkpoint of a Keras 3 model)"),
     ]
     for flags, last in cases:
         result = run_cli("convert", trained.prefix, out, *flags)
@@ -215,7 +218,17 @@ def test_refusals_before_anything_is_written(trained, builders, tmp_path, run_cl
     assert mismatch.stderr.splitlines()[0] == (
         f"subsetsaver: error: checkpoint '{trained.prefix}' does not match the Keras model 'net' and optimizer "
         "'adam' (match='name'): 8 missing, 8 unexpected")
+    assert mismatch.stderr.splitlines()[-1] == (  # advice in flags, not in Python arguments
+        "no variable was changed; pair the names with --remap OLD=NEW (a checkpoint name or scope = the model's), "
+        "or pass --on-mismatch initialize to leave the unmatched variables as they are")
     assert not out.parent.exists()
+    kept = run_cli("convert", trained.prefix, out, "--to", "object", "--model", "tests_module:build",
+                   "--on-mismatch", "initialize", "--json")
+    assert kept.returncode == 0, kept.stderr
+    report = json.loads(kept.stdout)
+    assert report["restored"] == {} and len(report["initialized"]) == 8
+    assert report["optimizer_restored"] == {"adam/iteration": "global_step"}
+    shutil.rmtree(out.parent)
 
     assert run_cli("convert", trained.prefix, out, "--to", "object", "--model", "tests_module:build",
                    *REMAP_FLAGS).returncode == 0

@@ -29,11 +29,14 @@ _KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetens
 @click.option("--match", "match", type=click.Choice(keras.MATCHES),
               help="With --to object: pair the model's weights with SOURCE's by name (default; with --remap "
                    "OLD=NEW from the checkpoint's names to the model's) or by creation order.")
+@click.option("--on-mismatch", type=click.Choice(["error", "initialize"]),
+              help="With --to object: what the model's weights that SOURCE lacks (or holds in another shape or "
+                   "dtype) do: stop with every problem listed (default), or keep their built values.")
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Write tensor or scope OLD as NEW, e.g. model/=net/ (repeatable).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
-def convert_command(source, output, keep, to, model, match, remap, force, as_json):
+def convert_command(source, output, keep, to, model, match, on_mismatch, remap, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -52,10 +55,10 @@ def convert_command(source, output, keep, to, model, match, remap, force, as_jso
         if model is None:
             raise click.UsageError("--to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
                                    "model (or tf.Module, or (model, optimizer)) to write")
-        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "name", force=force,
-                   as_json=as_json)
+        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "name",
+                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json)
         return
-    for flag, given in (("--model", model), ("--match", match)):
+    for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
     to = to or catalog.file_format(output)
@@ -90,8 +93,9 @@ def convert_command(source, output, keep, to, model, match, remap, force, as_jso
         click.echo(f"warning: --keep \"{keep}\" leaves out no tensor of {report.source}", err=True)
 
 
-def _to_object(source, output, model, *, keep, remap, match, force, as_json):
-    report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match, overwrite=force)
+def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json):
+    report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match,
+                                      on_mismatch=on_mismatch, overwrite=force)
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:

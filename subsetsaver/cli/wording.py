@@ -14,11 +14,18 @@ Example::
 import ast
 import re
 
-_REMAP = re.compile(r"pass remap=(\{[^}]*\}) to ss\.plan")
+_REMAP = re.compile(r"pass remap=(\{[^}]*\})(?: to ss\.plan)?")
 _REMAP_RULES = re.compile(r"remap rule ((?:'[^']*': '[^']*'(?:, )?)+)")
 _RULE = re.compile(r"'([^']*)': '([^']*)'")
 _ALLOW_EMPTY = "Pass allow_empty=True (or use nothing()) if an empty selection is intended."
 ALLOW_EMPTY_COMMANDS = frozenset({"select"})
+_KERAS_ADVICE = (  # what loading into a Keras model advises, as `convert --to object` flags
+    ("pair the names with remap={checkpoint name or scope: model name or scope}",
+     "pair the names with --remap OLD=NEW (a checkpoint name or scope = the model's)"),
+    ("or pair by name with remap=,", "or pair by name with --match name --remap OLD=NEW,"),
+    ("match='order' pairs", "--match order pairs"),
+    ("ss.rewrite(checkpoint, out, cast={selector: dtype})", "subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE"),
+)
 
 
 def in_flags(text, command) -> str:
@@ -27,7 +34,11 @@ def in_flags(text, command) -> str:
     text = _REMAP_RULES.sub(_rule_flags, text)
     text = text.replace("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
                         "or: pass --on-mismatch initialize to initialize these variables instead of restoring them")
+    text = text.replace("pass on_mismatch='initialize' to leave the unmatched variables as they are",
+                        "pass --on-mismatch initialize to leave the unmatched variables as they are")
     text = text.replace("pass overwrite=True (--force)", "pass --force")
+    for library, flags in _KERAS_ADVICE:
+        text = text.replace(library, flags)
     if command in ALLOW_EMPTY_COMMANDS:
         return text.replace(_ALLOW_EMPTY, "Pass --allow-empty (or use nothing()) if an empty selection is intended.")
     return text.replace(_ALLOW_EMPTY, "Use nothing() if an empty selection is intended.")

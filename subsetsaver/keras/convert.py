@@ -63,15 +63,15 @@ class ObjectConvertReport:
     verified: tuple
 
 
-def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="name",
+def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="name", on_mismatch="error",
                        overwrite=False) -> ObjectConvertReport:
     """Write ``checkpoint`` (TF1 name-based or tf.keras object-based) as a TF2 object-based checkpoint
     ``output`` of the Keras 3 model (or ``tf.Module``) that ``build`` returns.
 
     ``build``: a function of no arguments, or its ``'MODULE:FUNCTION'`` text
     (:func:`import_builder`), returning a built model, or ``(model, optimizer)``. ``keep``
-    (``sel`` of the load: the model weights to load; the rest keep their built values), ``remap``
-    and ``match``: as :func:`~subsetsaver.keras.load_checkpoint` takes them. ``overwrite``:
+    (``sel`` of the load: the model weights to load; the rest keep their built values), ``remap``,
+    ``match`` and ``on_mismatch``: as :func:`~subsetsaver.keras.load_checkpoint` takes them. ``overwrite``:
     replace an existing ``output``. Everything that can be refused (the output, the builder,
     any mismatch) is refused before anything is written; a written output that does not read
     back bit-exact is a CorruptCheckpointError, and is not left in place.
@@ -88,7 +88,7 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     keep = as_selector(keep, "keep")
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
     model, optimizer = built_model(builder, label)
-    report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match)
+    report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
     target = atomic.temporary_name(atomic.local_path(output)) if atomic.is_local(output) else output
     try:
         written = _write(model, optimizer, target)
