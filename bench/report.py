@@ -9,8 +9,8 @@ Every line compares ours with TensorFlow's way of doing the same work, in the sa
   median ratio with its spread;
 - :func:`cold` makes memory and files cold before a run: dirty pages flushed, the page
   cache dropped where the system allows it, then an idle pause, after which a virtual
-  machine has handed freed memory back to its host; :func:`warm` does nothing, so a run
-  reuses what the one before it left. Large lines are run both ways.
+  machine has handed freed memory back to its host; :func:`warm` only writes dirty pages,
+  so a run reuses the memory and cache the one before it left. Large lines are run both ways.
 
 Example::
 
@@ -74,10 +74,12 @@ def cold():
 
 
 def warm():
-    """Before a warm run: our background work finished, nothing else."""
+    """Before a warm run: our background work finished and dirty pages written (so no side's fsync
+    waits for the other's writeback), the page cache and memory left as the last run left them."""
     from subsetsaver.formats import atomic
 
     atomic.finish_background_work()
+    os.sync()
 
 
 def best_of(function, repeat=5):
