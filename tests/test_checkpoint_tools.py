@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver.cli import main
 from subsetsaver.errors import CheckpointMismatchError, EmptySelectionError
 from subsetsaver.planning import plan
 from subsetsaver.tools.average import average
@@ -19,17 +17,6 @@ from subsetsaver.tools.diff import diff
 from subsetsaver.tools.rewrite import rewrite
 
 v1 = tf.compat.v1
-
-
-@pytest.fixture
-def run_cli(capsys):
-    def run(*args):
-        with pytest.raises(SystemExit) as stop:
-            main([str(arg) for arg in args])
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess(args, stop.value.code, captured.out, captured.err)
-
-    return run
 
 
 def saved(prefix, values, *, resource=True):

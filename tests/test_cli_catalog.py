@@ -11,22 +11,8 @@ import pytest
 import tensorflow as tf
 
 from subsetsaver import catalog
-from subsetsaver.cli import main
 
 SMALL = dict(channels=(4, 8), fc_units=16)
-
-
-@pytest.fixture
-def run_cli(capsys):
-    """Run the command in this process (as the console script does) and collect its output."""
-
-    def run(*args):
-        with pytest.raises(SystemExit) as stop:
-            main(list(args))
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess(args, stop.value.code, captured.out, captured.err)
-
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from test_keras_load import REMAP, STEPS, WEIGHTS, Trained, batch
 import subsetsaver as ss
 import subsetsaver.keras.convert as convert_module
 from subsetsaver import catalog
-from subsetsaver.cli import main
 from subsetsaver.selectors import format_bytes
 
 BUILDERS = '''
@@ -76,17 +75,6 @@ def builders(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "tests_module", raising=False)
     yield directory
     sys.modules.pop("tests_module", None)
-
-
-@pytest.fixture
-def run_cli(capsys):
-    def run(*args):
-        with pytest.raises(SystemExit) as stop:
-            main([str(arg) for arg in args])
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess(args, stop.value.code, captured.out, captured.err)
-
-    return run
 
 
 def fresh(builders):
