@@ -1,39 +1,42 @@
-"""Benchmark the planner against TensorFlow's own Saver on the MNIST CNN of the seed article.
+"""The planner against TensorFlow's own Saver on the MNIST CNN of the seed article, same run.
 
-* subset save (``trainable() | scope('conv_1/bn') | scope('conv_2/bn')``) vs a full
-  ``tf.compat.v1.train.Saver().save`` of the same trained model: the time should track
-  the byte ratio (Adam keeps two slots per weight, so about 3x);
-* ``ss.plan(...)`` build time vs building the Saver alone on an identical graph (the
-  plan also reads the catalog and builds the initializers and the uninitialized report);
-* ``restore_or_initialize`` (check + restore + initialize + confirm) vs ``Saver.restore``
-  followed by the initializer of the rest.
+Lines, all printed by ``python -m bench bench.bench_planner`` (or ``python bench/bench_planner.py``):
 
-Run ``python bench/bench_planner.py``; a harness calls ``run(report)`` with
-``report(label, ours_seconds, tf_seconds, note)``.
+- ``save: subset vs full Saver``: ``plan.save`` of ``trainable() | scope('conv_1/bn') |
+  scope('conv_2/bn')`` against a full ``Saver().save`` of the same trained model; the time should
+  track the bytes (Adam keeps two slots per weight, so about 3x);
+- ``restore_or_initialize vs Saver.restore + init of the rest``: ours checks the checkpoint (its
+  index, read once per version of its files), restores and initializes; TensorFlow's side runs the
+  Saver's restore op and the initializer of the rest;
+- ``build: ss.plan vs a Saver over the same variables``: ``ss.plan`` (catalog, selection, the audit
+  it warns from, the Saver, the initializers) against ``tf.compat.v1.train.Saver(var_list)`` alone,
+  ``var_list`` chosen with ``get_collection`` before the clock starts; each run on a fresh graph, with
+  the garbage of earlier runs (their graphs) collected before the clock starts too;
+- ``build on 3,000 variables: ss.plan vs Saver``: the same on ``graphs.wide_graph(num_variables=3000)``
+  with ``trainable()`` (2,250 saved, 750 initialized).
+
+Protocol (:mod:`bench.report`): the sides alternate, ``RUNS`` runs each (5; more with
+``SUBSETSAVER_BENCH_RUNS``), and every line gives both medians with their spreads and the
+run-by-run ratio. A harness may call ``run(report)`` with ``report(label, ours, theirs, note)``.
 """
 
 from __future__ import annotations
 
+import gc
 import os
-import statistics
 import sys
 import tempfile
-import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-REPEATS = 7
+from bench.report import RUNS, alternating, print_line  # noqa: E402
+
 SELECTOR = "trainable() | scope('conv_1/bn') | scope('conv_2/bn')"
-
-
-def _median_seconds(function, repeats=REPEATS):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+RESTORE_RUNS = max(RUNS, 21)  # a restore takes milliseconds: more rounds, same protocol
+WIDE_VARIABLES = 3000
 
 
 def _files_bytes(prefix):
@@ -42,7 +45,51 @@ def _files_bytes(prefix):
                if f.startswith(base + ".data-") or f == base + ".index")
 
 
-def run(report):
+def _tensorflow_selection(graph):
+    """``SELECTOR`` chosen the TF1 way: trainable variables, then the two batch-norm scopes, once each."""
+    import tensorflow as tf
+
+    keys = tf.compat.v1.GraphKeys
+    chosen, seen = [], set()
+    for variable in (graph.get_collection(keys.TRAINABLE_VARIABLES)
+                     + graph.get_collection(keys.GLOBAL_VARIABLES, scope="conv_1/bn/")
+                     + graph.get_collection(keys.GLOBAL_VARIABLES, scope="conv_2/bn/")):
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            chosen.append(variable)
+    return chosen
+
+
+def _build_lines(report, label, make_graph, selector, tensorflow_selection, note, runs=RUNS):
+    """``plan(selector, graph)`` against ``Saver(tensorflow_selection(graph))``, each on a graph made
+    before the clock starts."""
+    import tensorflow as tf
+
+    from subsetsaver.planning import plan
+
+    fresh = []
+
+    def before():
+        graph = make_graph()
+        fresh.append((graph, tensorflow_selection(graph)))
+        gc.collect()  # the graphs of earlier runs are garbage in cycles: collected here, not during a timed run
+
+    def ours():
+        graph, _ = fresh.pop()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the audit's warning about what trainable() leaves out
+            plan(selector, graph)
+
+    def theirs():
+        graph, var_list = fresh.pop()
+        with graph.as_default():
+            tf.compat.v1.train.Saver(var_list)
+
+    ours_timing, theirs_timing = alternating(ours, theirs, runs, before=before)
+    report(label, ours_timing, theirs_timing, note)
+
+
+def run(report=print_line):
     import graphs
     import tensorflow as tf
 
@@ -64,16 +111,15 @@ def run(report):
         theirs = os.path.join(directory, "full", "model")
         os.makedirs(os.path.dirname(ours))
         os.makedirs(os.path.dirname(theirs))
-        subset_seconds = _median_seconds(lambda: the_plan.save(sess, ours, write_meta_graph=False))
-        full_seconds = _median_seconds(lambda: full_saver.save(sess, theirs, write_meta_graph=False))
+        subset, full = alternating(lambda: the_plan.save(sess, ours, write_meta_graph=False),
+                                   lambda: full_saver.save(sess, theirs, write_meta_graph=False))
         subset_bytes, full_bytes = _files_bytes(ours), _files_bytes(theirs)
         report(
             "save: subset vs full Saver",
-            subset_seconds,
-            full_seconds,
+            subset,
+            full,
             f"bytes {subset_bytes:,} vs {full_bytes:,} ({full_bytes / subset_bytes:.2f}x fewer); "
-            f"time {full_seconds / subset_seconds:.2f}x faster; predicted .data+.index "
-            f"{the_plan.sizes.checkpoint_bytes:,} bytes",
+            f"predicted .data+.index {the_plan.sizes.checkpoint_bytes:,} bytes",
         )
 
         # -- restore ------------------------------------------------------------------------
@@ -84,53 +130,26 @@ def run(report):
             sess.run(saver_def.restore_op_name, {saver_def.filename_tensor_name: ours})
             sess.run(rest_init)
 
-        ours_restore = _median_seconds(lambda: the_plan.restore_or_initialize(sess, ours))
+        the_plan.restore_or_initialize(sess, ours)  # both sides' first runs build their executors
+        tf_restore()
+        ours_restore, theirs_restore = alternating(lambda: the_plan.restore_or_initialize(sess, ours), tf_restore,
+                                                   RESTORE_RUNS)
         report(
             "restore_or_initialize vs Saver.restore + init of the rest",
             ours_restore,
-            _median_seconds(tf_restore),
-            "ours adds the pre-flight check (reads the .index) and the uninitialized report",
+            theirs_restore,
+            "ours adds the pre-flight check (the .index, read once per version of its files)",
         )
 
     # -- build time -----------------------------------------------------------------------
-    def build_seconds(make_graph, build, repeats=3):
-        times = []
-        for _ in range(repeats):
-            graph = make_graph()  # not timed
-            start = time.perf_counter()
-            build(graph)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    def build_saver(graph):
-        with graph.as_default():
-            v1.train.Saver(selector.resolve(graph))
-
-    report(
-        "build: ss.plan vs a Saver over the same variables",
-        build_seconds(lambda: graphs.mnist_cnn().graph, lambda graph: plan(selector, graph)),
-        build_seconds(lambda: graphs.mnist_cnn().graph, build_saver),
-        "the plan adds the catalog read, two initializers and the uninitialized report",
-    )
-
-    def wide():
-        return graphs.wide_graph(num_variables=3000).graph
-
-    def wide_saver(graph):
-        with graph.as_default():
-            v1.train.Saver(v1.trainable_variables())
-
-    report(
-        "build on 3,000 variables: ss.plan vs Saver",
-        build_seconds(wide, lambda graph: plan(ss.trainable(), graph), 1),
-        build_seconds(wide, wide_saver, 1),
-        "2,250 saved, 750 initialized; report_uninitialized_variables adds one op per variable",
-    )
-
-
-def _print_report(label, ours, theirs, note):
-    print(f"{label:<58} ours {ours * 1000:9.2f} ms   tf {theirs * 1000:9.2f} ms   {note}")
+    _build_lines(report, "build: ss.plan vs a Saver over the same variables", lambda: graphs.mnist_cnn().graph,
+                 selector, _tensorflow_selection,
+                 "the plan adds the catalog read, the audit's errors and two initializer ops")
+    _build_lines(report, f"build on {WIDE_VARIABLES:,} variables: ss.plan vs Saver",
+                 lambda: graphs.wide_graph(num_variables=WIDE_VARIABLES).graph, ss.trainable(),
+                 lambda graph: graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES),
+                 "2,250 saved, 750 initialized; the audit reads the whole graph (one variable left out is read)")
 
 
 if __name__ == "__main__":
-    run(_print_report)
+    run()

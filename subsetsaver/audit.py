@@ -112,6 +112,26 @@ def audit(sel_or_plan, graph=None, fetches=None) -> list:
     return _ordered(findings, catalog)
 
 
+def audit_errors(sel_or_plan, graph=None) -> list:
+    """The findings of :func:`audit` (no fetches) whose severity is error, in its order: what a plan
+    warns about when it is built.
+
+    Only ``unsaved-state`` is an error, and it needs a variable left out that inference reads. When the
+    ops around every variable left out show that none can be read (optimizer slots, beta powers, a
+    step), that is known without the graph's dataflow or roles, which are then not built.
+
+    >>> audit_errors(trainable(), graph)
+    [Finding(code='unsaved-state', severity=<Severity.ERROR: 'error'>, ...)]
+    """
+    with no_garbage_collection():
+        _selector, catalog, saved = _selection(sel_or_plan, graph)
+        left_out = catalog.all_names - saved - catalog.collection("trainable_variables") - catalog.collection(
+            LOCAL_VARIABLES)
+        if not left_out or not catalog.may_be_read_forward(catalog.in_order(left_out)):
+            return []
+        return _ordered(_unsaved_state(catalog, dataflow(catalog), saved, None), catalog)
+
+
 def _selection(sel_or_plan, graph):
     """(selector or None, catalog, frozenset of saved names)."""
     if isinstance(sel_or_plan, Selector):
@@ -166,21 +186,23 @@ def _group_by_layer(names, layer_of):
 def _unsaved_state(catalog, flow, saved, fetch_keys):
     within = flow.needed_by(fetch_keys) if fetch_keys is not None else None
     uses = frozenset(fetch_keys or ())
+    # local variables (metrics, input counters) are never checkpointed
+    skipped = saved | catalog.collection("trainable_variables") | catalog.collection(LOCAL_VARIABLES)
+    skipped |= frozenset().union(*(catalog.role(role) for role in _OPTIMIZER_ROLES))
+    statistics, averages = catalog.role("bn_stat"), catalog.role("average")
     layer_of = {}
-    for record in catalog.records:
-        if record.name in saved or record.trainable or record.roles & _OPTIMIZER_ROLES:
+    for name in catalog.ordered_names:
+        if name in skipped:
             continue
-        if LOCAL_VARIABLES in record.collections:
-            continue  # local variables (metrics, input counters) are never checkpointed
-        reader = flow.forward_reader(record.name, within, uses)
+        reader = flow.forward_reader(name, within, uses)
         if reader is None:
             continue
-        kind = "bn" if "bn_stat" in record.roles else "average" if "average" in record.roles else "state"
-        layer_of[record.name] = (flow.layer_of(record.name, reader), kind)
-    records = catalog.records_by_name
+        kind = "bn" if name in statistics else "average" if name in averages else "state"
+        layer_of[name] = (flow.layer_of(name, reader), kind)
+    average_of = catalog.roles.average_of
     findings = []
     for (layer, kind), names in _group_by_layer(catalog.in_order(layer_of), layer_of).items():
-        averaged = [records[n].average_of for n in names]
+        averaged = [average_of.get(n) for n in names]
         message = _unsaved_message(layer, kind, names, averaged)
         findings.append(Finding("unsaved-state", Severity.ERROR, tuple(names), message))
     return findings

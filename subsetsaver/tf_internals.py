@@ -24,6 +24,11 @@ def slice_info(variable):
     return getattr(variable, "_save_slice_info", None)
 
 
+def slice_infos(variables) -> list:
+    """:func:`slice_info` of each of ``variables``, in one pass (a catalog of a big graph asks for all)."""
+    return [getattr(variable, "_save_slice_info", None) for variable in variables]
+
+
 def slice_spec(variable) -> str:
     """The ``shape_and_slices`` string SaveV2/RestoreV2 take for ``variable`` ('' when whole)."""
     info = slice_info(variable)
@@ -42,6 +47,33 @@ def collections_stamp(graph):
     if collections is None:
         return None
     return graph.version, tuple((key, len(items)) for key, items in collections.items())
+
+
+def initialized_flag(variable):
+    """The ``bool`` tensor TensorFlow built with ``variable`` that says whether it is initialized (a
+    graph resource variable's ``NAME/IsInitialized/VarIsInitializedOp``, also found by that name in a
+    graph imported from a MetaGraph), or None when there is none to run as it is."""
+    flag = getattr(variable, "_is_initialized_op", None)
+    op = getattr(flag, "op", None)
+    if op is None:
+        graph, name = getattr(variable, "graph", None), getattr(getattr(variable, "op", None), "name", None)
+        if graph is None or name is None:
+            return None
+        try:
+            op = graph.get_operation_by_name(name + "/IsInitialized/VarIsInitializedOp")
+        except (KeyError, ValueError):
+            return None
+    if (op.type != "VarIsInitializedOp" or op.graph is not variable.graph or op.inputs[0].op is not variable.op
+            or op.control_inputs or op._get_control_flow_context() is not None):
+        return None
+    return op.outputs[0]
+
+
+def value_read(variable):
+    """The tensor TensorFlow built with ``variable`` to read its value (a resource variable's
+    ``Read/ReadVariableOp``, a reference variable's ``read`` snapshot): running it makes no op."""
+    found = getattr(variable, "_graph_element", None)
+    return found if found is not None else getattr(variable, "_snapshot", None)
 
 
 def is_reference(tensor) -> bool:

@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import gc
-import re
 import weakref
 
-from .. import tf_internals
-from .op_graph import ASSIGN_OPS, DT_RESOURCE, VARIABLE_OPS, input_is_variable, is_apply_op
+from .op_graph import DT_RESOURCE, VARIABLE_OPS, input_is_variable, is_apply_op, is_write, may_call_functions
+from .op_graph import INERT_OPS as _INERT
+from .op_graph import PASS_OPS as _PASS
+from .op_graph import computes as _computes
+from .op_graph import ends_flow as _ends_flow
+from .op_graph import gradient_inputs as _gradient_inputs
+from .op_graph import inert as _inert
 from .walks import closure, reaches
 
 USE = "<use>"
@@ -46,61 +49,11 @@ which branch of a ``tf.cond`` runs."""
 _CALL_WITH_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
 _ALWAYS_HANDLE = frozenset({"RefIdentity", "RefEnter", "RefSwitch", "RefExit", "RefNextIteration", "RefMerge", "_Arg"})
 _HANDLE_IF_RESOURCE = frozenset({"Identity", "IdentityN", "Enter", "Switch", "Exit", "Merge", "NextIteration"})
-# Ops whose output is (one of) their inputs, unchanged: reaching them computes nothing.
-_PASS = frozenset(
-    {
-        "Identity", "IdentityN", "Snapshot", "ReadVariableOp", "_Arg",
-        "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch", "Merge", "RefMerge",
-        "NextIteration", "RefNextIteration", "RefIdentity",
-        "StopGradient", "PreventGradient", "Print", "CheckNumerics", "EnsureShape", "PlaceholderWithDefault",
-    }
-)
-_WRITE = re.compile(r"^(Resource)?(Scatter\w*|StridedSliceAssign|CountUpTo)$")
-# Ops that end a flow without computing anything from the values they take.
-_INERT = frozenset(
-    {
-        "SaveV2", "Save", "SaveSlices", "Shape", "ShapeN", "Size", "Rank", "VariableShape",
-        "VarIsInitializedOp", "IsVariableInitialized", "DestroyResourceOp", "Assert", "NoOp",
-        # cond_v2 hands intermediates to its gradient wrapped in optionals; that is not a use
-        "OptionalFromValue",
-    }
-)
-_SUMMARY = re.compile(r"Summary")
 _RESTORE = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
-_GRADIENT_ARGS = frozenset({"grad", "indices"})
 _SWITCH = frozenset({"Switch", "RefSwitch"})
 _METADATA = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape"})
 _REF_WRITES = frozenset({"Assign", "AssignAdd", "AssignSub"})
-
-
-def is_write(op_type: str) -> bool:
-    """Ops that change a variable in place: Assign*, Scatter*, StridedSliceAssign, CountUpTo."""
-    return op_type in ASSIGN_OPS or bool(_WRITE.match(op_type))
-
-
-@functools.lru_cache(maxsize=None)
-def _ends_flow(op_type: str) -> bool:
-    return is_write(op_type) or is_apply_op(op_type) or op_type in _INERT or bool(_SUMMARY.search(op_type))
-
-
-@functools.lru_cache(maxsize=None)
-def _inert(op_type: str) -> bool:
-    return op_type in _INERT or bool(_SUMMARY.search(op_type))
-
-
-@functools.lru_cache(maxsize=None)
-def _computes(op_type: str) -> bool:
-    return op_type not in _PASS and not _ends_flow(op_type)
-
-
-@functools.lru_cache(maxsize=None)
-def _gradient_inputs(op_type: str) -> frozenset:
-    """Input positions of an optimizer update that carry the gradient (empty for other ops)."""
-    if not is_apply_op(op_type):
-        return frozenset()
-    op_def = tf_internals.op_def(op_type)
-    names = [arg.name for arg in op_def.input_arg] if op_def is not None else []
-    return frozenset(i for i, name in enumerate(names) if name in _GRADIENT_ARGS)
+_NEARBY_BUDGET = 20_000  # ops may_be_read_forward looks at, at least, before it leaves the question to the dataflow
 
 
 @contextlib.contextmanager
@@ -554,3 +507,64 @@ def dataflow(catalog) -> Dataflow:
             flow = Dataflow(catalog.op_graph, variable_of, initializers)
         _cache[catalog] = flow
     return flow
+
+
+def may_be_read_forward(catalog, names, budget=None) -> bool:
+    """Whether one of ``names`` may have a forward reader (:meth:`Dataflow.forward_reader` without
+    fetches), judged from the ops near each variable in the live graph, without its GraphDef.
+
+    False proves that none has one: everything its value reaches over data edges either computes
+    nothing or computes a value that reaches no use (an optimizer slot, a beta power, a step). True
+    means only that :func:`dataflow` must decide: an op computes a value that reaches a use, an op may
+    call a library function, or the ops looked at pass ``budget`` (default: as many as the graph has,
+    at least 20,000), past which reading the whole graph costs less.
+    """
+    if catalog.graph is None:
+        raise TypeError(f"a {catalog.kind} catalog has no graph to trace; pass a tf.Graph or a .meta file")
+    if budget is None:
+        budget = max(_NEARBY_BUDGET, catalog.graph.version)
+    reaches, visits = {}, [0]
+    for variable in catalog.variables(names):
+        start = variable.op
+        stack, seen = [start], {start}
+        while stack:
+            op = stack.pop()
+            visits[0] += 1
+            op_type = op.type
+            if visits[0] > budget or may_call_functions(op_type):
+                return True
+            if op is not start and _computes(op_type) and _reaches_use_nearby(op, reaches, visits, budget):
+                return True
+            if _ends_flow(op_type) and not is_write(op_type):
+                continue  # an optimizer update, a saver, a shape query: nothing goes on (a write may hand on a reference)
+            for output in op.outputs:
+                for consumer in output.consumers():
+                    if consumer not in seen:
+                        seen.add(consumer)
+                        stack.append(consumer)
+    return False
+
+
+def _reaches_use_nearby(start, reaches, visits, budget) -> bool:
+    """Whether ``start``'s value may reach a use (an op nothing consumes, the gradient of an optimizer
+    update, a function call) over data edges that do not end the flow; True past ``budget``."""
+    if start in reaches:
+        return reaches[start]
+    stack, seen, found = [start], {start}, False
+    while stack and not found:
+        op = stack.pop()
+        visits[0] += 1
+        consumers = [consumer for output in op.outputs for consumer in output.consumers()]
+        found = visits[0] > budget or not consumers
+        for consumer in consumers:
+            consumer_type = consumer.type
+            if may_call_functions(consumer_type):
+                found = True
+            elif is_apply_op(consumer_type):
+                gradient = _gradient_inputs(consumer_type)
+                found = found or any(t.op is op for i, t in enumerate(consumer.inputs) if i in gradient)
+            elif not _ends_flow(consumer_type) and consumer not in seen:
+                seen.add(consumer)
+                stack.append(consumer)
+    reaches[start] = found
+    return found

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import functools
 import re
 
 from .. import tf_internals
@@ -36,11 +37,75 @@ _VALUE_PASS = frozenset(
     {"Identity", "IdentityN", "Enter", "Switch", "Exit", "NextIteration", "Snapshot", "Cast", "ReadVariableOp"}
 )
 _FIRST_INPUT_IS_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
+# Ops whose output is (one of) their inputs, unchanged: reaching them computes nothing.
+PASS_OPS = frozenset(
+    {
+        "Identity", "IdentityN", "Snapshot", "ReadVariableOp", "_Arg",
+        "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch", "Merge", "RefMerge",
+        "NextIteration", "RefNextIteration", "RefIdentity",
+        "StopGradient", "PreventGradient", "Print", "CheckNumerics", "EnsureShape", "PlaceholderWithDefault",
+    }
+)
+_WRITE = re.compile(r"^(Resource)?(Scatter\w*|StridedSliceAssign|CountUpTo)$")
+# Ops that end a flow without computing anything from the values they take.
+INERT_OPS = frozenset(
+    {
+        "SaveV2", "Save", "SaveSlices", "Shape", "ShapeN", "Size", "Rank", "VariableShape",
+        "VarIsInitializedOp", "IsVariableInitialized", "DestroyResourceOp", "Assert", "NoOp",
+        # cond_v2 hands intermediates to its gradient wrapped in optionals; that is not a use
+        "OptionalFromValue",
+    }
+)
+_SUMMARY = re.compile(r"Summary")
+_GRADIENT_ARGS = frozenset({"grad", "indices"})
+_FUNCTION_ATTRS = frozenset({"func", "list(func)"})
 
 
 def is_apply_op(op_type: str) -> bool:
     """Optimizer update kernels: ApplyAdam, ResourceApplyMomentum, ResourceSparseApplyAdagrad, ..."""
     return bool(_APPLY.match(op_type))
+
+
+def is_write(op_type: str) -> bool:
+    """Ops that change a variable in place: Assign*, Scatter*, StridedSliceAssign, CountUpTo."""
+    return op_type in ASSIGN_OPS or bool(_WRITE.match(op_type))
+
+
+@functools.lru_cache(maxsize=None)
+def ends_flow(op_type: str) -> bool:
+    """Ops that take values without handing one on: writes, optimizer updates, savers, shape queries, summaries."""
+    return is_write(op_type) or is_apply_op(op_type) or op_type in INERT_OPS or bool(_SUMMARY.search(op_type))
+
+
+@functools.lru_cache(maxsize=None)
+def inert(op_type: str) -> bool:
+    """Ops that end a flow without computing anything: savers, shape queries, summaries, ..."""
+    return op_type in INERT_OPS or bool(_SUMMARY.search(op_type))
+
+
+@functools.lru_cache(maxsize=None)
+def computes(op_type: str) -> bool:
+    """Ops that compute something from their inputs (not a hand-on, write, update, saver or shape query)."""
+    return op_type not in PASS_OPS and not ends_flow(op_type)
+
+
+@functools.lru_cache(maxsize=None)
+def gradient_inputs(op_type: str) -> frozenset:
+    """Input positions of an optimizer update that carry the gradient (empty for other ops)."""
+    if not is_apply_op(op_type):
+        return frozenset()
+    op_def = tf_internals.op_def(op_type)
+    names = [arg.name for arg in op_def.input_arg] if op_def is not None else []
+    return frozenset(i for i, name in enumerate(names) if name in _GRADIENT_ARGS)
+
+
+@functools.lru_cache(maxsize=None)
+def may_call_functions(op_type: str) -> bool:
+    """Whether an op of ``op_type`` can call a function of the graph's library: its OpDef has a
+    function attribute (``If``, ``While``, ``PartitionedCall``, ...), or it has no registered OpDef
+    (a call of a library function by its name)."""
+    op_def = tf_internals.op_def(op_type)
+    return op_def is None or any(attr.type in _FUNCTION_ATTRS for attr in op_def.attr)
 
 
 def is_fused_batch_norm(op_type: str) -> bool:
@@ -61,8 +126,7 @@ class OpGraph:
         self._function_args = {}      # function name -> [arg key]
         self._function_returns = {}   # function name -> [(source key, port)] per output
         functions = {f.signature.name: f for f in graph_def.library.function}
-        for node in graph_def.node:
-            self._add_node(node.name, node, "", {})
+        self._add_outer_nodes(graph_def.node)
         for function in functions.values():
             self._add_function(function)
         if functions:  # most TF1 graphs call no function: skip reading every op's attributes
@@ -70,6 +134,23 @@ class OpGraph:
                 self._link_calls(key, functions)
 
     # -- building -------------------------------------------------------------------
+    def _add_outer_nodes(self, nodes):
+        """:meth:`_add_node` for the graph's own ops ("name" or "name:port" inputs), in one loop."""
+        types, node_defs, inputs, control_inputs = self.type, self.node_defs, self.inputs, self.control_inputs
+        for node in nodes:
+            key = node.name
+            types[key] = node.op
+            node_defs[key] = node
+            data, control = [], []
+            for text in node.input:
+                if text[:1] == "^":
+                    control.append(text[1:])
+                else:
+                    source, colon, port = text.partition(":")
+                    data.append((source, int(port) if colon else 0))
+            inputs[key] = data
+            control_inputs[key] = control
+
     def _add_node(self, key, node, prefix, local_outputs):
         self.type[key] = node.op
         self.node_defs[key] = node
@@ -108,7 +189,7 @@ class OpGraph:
 
     def _link_calls(self, key, functions):
         node = self.node_defs.get(key)
-        if node is None:
+        if node is None or not may_call_functions(node.op):
             return
         called = []
         for attr, value in node.attr.items():
@@ -134,7 +215,9 @@ class OpGraph:
 
     # -- queries --------------------------------------------------------------------
     def keys_of_type(self, predicate):
-        return [key for key, op_type in self.type.items() if predicate(op_type)]
+        """The keys whose op type ``predicate`` accepts, in the graph's order (asked once per type)."""
+        accepted = {op_type: bool(predicate(op_type)) for op_type in set(self.type.values())}
+        return [key for key, op_type in self.type.items() if accepted[op_type]]
 
     def attr_type(self, key, attr="T"):
         node = self.node_defs.get(key)

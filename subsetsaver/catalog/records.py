@@ -13,11 +13,13 @@ Example::
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import math
 
 from ..formats.tf_bundle import dtypes as bundle_dtypes
+from .dataflow import may_be_read_forward
 from .op_graph import OpGraph
 from .roles import Roles, roles_from_names
 
@@ -60,35 +62,95 @@ class CatalogEntry:
     object_path: str | None = None  # object-based checkpoints: the object path
 
 
+class LazyEntries(collections.abc.Mapping):
+    """name -> :class:`CatalogEntry` in creation order, each entry made by ``make(name)`` when first
+    asked for: a reader of a big graph lists names at once and shapes only when someone needs them.
+
+    ``known``: a container of every name. ``parts``: name -> its variable op names, for the names
+    whose parts are not just ``(name,)``.
+    """
+
+    def __init__(self, names, make, known, parts):
+        self.names = tuple(names)
+        self.known = known
+        self.parts = parts
+        self._make = make
+        self._made = {}
+
+    def __getitem__(self, name):
+        entry = self._made.get(name)
+        if entry is None:
+            if name not in self.known:
+                raise KeyError(name)
+            entry = self._made[name] = self._make(name)
+        return entry
+
+    def part_names(self, name) -> tuple:
+        if name not in self.known:
+            raise KeyError(name)
+        return self.parts.get(name) or (name,)
+
+    def __contains__(self, name):
+        return name in self.known
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
 class Catalog:
     """Variables of one source, in creation order, with collections and (lazily) roles.
 
     A checkpoint's catalog says which kind of file it read in ``checkpoint_kind``: 'name' (a
     TensorFlow name-based checkpoint), 'object' (an object-based one, whose decoded graph is
     ``object_graph``), 'npz' or 'safetensors'; None for graphs and models.
+
+    ``entries``: :class:`CatalogEntry` values in any order, or a :class:`LazyEntries` (already in
+    creation order). ``collections``: key -> names. ``variables``: name -> its ``tf.Variable`` parts
+    (a tuple); ``whole_variables``: name -> the one ``tf.Variable`` of a name that has no partitions.
     """
 
     def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None,
-                 checkpoint_kind=None, object_graph=None):
-        entries = sorted(entries, key=lambda e: e.index)
+                 checkpoint_kind=None, object_graph=None, whole_variables=None):
         self.kind = kind                       # 'graph', 'meta', 'keras' or 'checkpoint'
         self.checkpoint_kind = checkpoint_kind
         self.object_graph = object_graph
         self.graph = graph
-        self.ordered_names = tuple(e.name for e in entries)
-        self.all_names = frozenset(self.ordered_names)
-        self._entries = {e.name: e for e in entries}
-        self._position = {name: i for i, name in enumerate(self.ordered_names)}
-        self._collections = {k: frozenset(v) for k, v in collections.items()}
+        if isinstance(entries, LazyEntries):
+            self.ordered_names = entries.names
+            self._entries = entries
+            self._lazy = entries
+        else:
+            entries = sorted(entries, key=lambda e: e.index)
+            self.ordered_names = tuple(e.name for e in entries)
+            self._entries = {e.name: e for e in entries}
+            self._lazy = None
+        self._collection_names = collections
+        self._collections = {}
         self._variables = variables or {}
+        self._whole = whole_variables or {}
         self._roles_source = roles
         self._roles = None
         self._records = None
+        self._records_by_name = None
         self._op_graph = None
         self._matching = {}  # selector leaf -> the names it matches (see names_matching)
 
+    @functools.cached_property
+    def all_names(self) -> frozenset:
+        return frozenset(self.ordered_names)
+
+    @functools.cached_property
+    def _position(self) -> dict:
+        return {name: i for i, name in enumerate(self.ordered_names)}
+
     # -- what selectors ask -------------------------------------------------------
     def in_order(self, names) -> list:
+        """``names`` (a subset of the catalog's) in creation order."""
+        if isinstance(names, (set, frozenset)) and len(names) * 8 >= len(self.ordered_names):
+            return [name for name in self.ordered_names if name in names]  # a large part: one pass beats a sort
         return sorted(names, key=self._position.__getitem__)
 
     def nbytes(self, names) -> int:
@@ -99,7 +161,10 @@ class Catalog:
             return self.all_names - self.role("slot") - self.role("bn_stat") - self.role("average") - self.role(
                 "global_step"
             )
-        return self._collections.get(key, frozenset())
+        found = self._collections.get(key)
+        if found is None:
+            found = self._collections[key] = frozenset(self._collection_names.get(key, ()))
+        return found
 
     def collection_note(self, key) -> str:
         if self.kind == "checkpoint":
@@ -131,12 +196,19 @@ class Catalog:
             self._op_graph = OpGraph(self.graph.as_graph_def())
         return self._op_graph
 
-    def names_matching(self, key, matches) -> frozenset:
-        """The names for which ``matches(name)`` holds, computed once per ``key`` (a selector leaf: a
-        pattern runs over every name once per catalog, however often a selector is resolved)."""
+    def may_be_read_forward(self, names) -> bool:
+        """Whether one of ``names`` may be read by a computation whose result is used, judged from the
+        ops near each variable; False proves none is (see
+        :func:`~subsetsaver.catalog.dataflow.may_be_read_forward`)."""
+        return may_be_read_forward(self, names)
+
+    def names_matching(self, key, select) -> frozenset:
+        """The names ``select(all_names)`` picks (an iterable of them), computed once per ``key`` (a
+        selector leaf: a pattern runs over every name once per catalog, however often a selector is
+        resolved)."""
         found = self._matching.get(key)
         if found is None:
-            found = frozenset(name for name in self.all_names if matches(name))
+            found = frozenset(select(self.all_names))
             if len(self._matching) >= _MATCHES_KEPT:
                 self._matching.pop(next(iter(self._matching)))
             self._matching[key] = found
@@ -153,13 +225,18 @@ class Catalog:
 
     def parts(self, name) -> tuple:
         """The variable op names behind ``name``, its partitions in order (``(name,)`` for most)."""
+        if self._lazy is not None:
+            return self._lazy.part_names(name)
         return self._entries[name].parts
 
     def variables(self, names) -> list:
         """The ``tf.Variable`` objects (partitions expanded) behind ``names``, in the given order."""
         if self.graph is None:
             raise TypeError(f"a {self.kind} catalog has no tf.Variable objects; pass a tf.Graph")
-        return [variable for name in names for variable in self._variables[name]]
+        if not self._variables:
+            return list(map(self._whole.__getitem__, names))
+        whole, split = self._whole, self._variables
+        return [variable for name in names for variable in ((whole[name],) if name in whole else split[name])]
 
     def record(self, name) -> VariableRecord:
         return self.records_by_name[name]
@@ -170,7 +247,7 @@ class Catalog:
         if self._records is None:
             roles = self.roles
             member = {}
-            for key, names in self._collections.items():
+            for key, names in self._collection_names.items():
                 for name in names:
                     member.setdefault(name, set()).add(key)
             trainable = self.collection(TRAINABLE_VARIABLES)
@@ -202,7 +279,9 @@ class Catalog:
 
     @property
     def records_by_name(self) -> dict:
-        return {r.name: r for r in self.records}
+        if self._records_by_name is None:
+            self._records_by_name = {r.name: r for r in self.records}
+        return self._records_by_name
 
     def __len__(self):
         return len(self.ordered_names)

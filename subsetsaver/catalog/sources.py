@@ -23,6 +23,7 @@ from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..formats.tf_index import file_bytes
 from . import keras_source
 from .checkpoints import checkpoint_catalog
+from .dataflow import no_garbage_collection
 from .records import (
     GLOBAL_STEP,
     GLOBAL_VARIABLES,
@@ -30,6 +31,7 @@ from .records import (
     TRAINABLE_VARIABLES,
     Catalog,
     CatalogEntry,
+    LazyEntries,
     value_bytes,
 )
 from .roles import roles_from_graph
@@ -75,63 +77,99 @@ def _graph_catalog(graph) -> Catalog:
 
 
 def _read_graph(graph, *, kind) -> Catalog:
+    with no_garbage_collection():  # thousands of small objects next to a big graph: nothing to collect
+        return _read_variables(graph, kind)
+
+
+def _read_variables(graph, kind) -> Catalog:
+    """The names, parts and collections of ``graph``'s variables now; shapes, dtypes and bytes when
+    first asked for (the first resolve of a selector on a 20,000-variable graph needs none of them)."""
     global_variables = graph.get_collection(GLOBAL_VARIABLES)
     local_variables = graph.get_collection(LOCAL_VARIABLES)
-    parts_by_name, first_seen, name_of_object = {}, {}, {}
-    for position, variable in enumerate(global_variables + local_variables):
-        op = variable.op
-        slice_info = tf_internals.slice_info(variable)
-        name = slice_info.full_name if slice_info is not None else op.name
-        parts_by_name.setdefault(name, []).append(variable)
-        # Global variables are listed in creation order; op ids interleave local ones.
-        first_seen.setdefault(name, tf_internals.creation_id(op) if local_variables else position)
-        name_of_object[id(variable)] = name
+    every = global_variables + local_variables
+    infos = tf_internals.slice_infos(every)
+    op_names = [variable.op.name for variable in every]
+    if any(infos) or len(set(op_names)) < len(op_names):
+        names_of, parts_by_name, index = _grouped_parts(every, infos, op_names, local_variables)
+        order = sorted(parts_by_name, key=index.__getitem__)
+        part_names = {name: tuple(p.op.name for p in parts) for name, parts in parts_by_name.items()}
+        whole, split = {}, {name: tuple(parts) for name, parts in parts_by_name.items()}
+    else:  # the common case: one whole variable per name
+        names_of, part_names, index, order = op_names, {}, None, op_names
+        whole, split = dict(zip(op_names, every)), {}
+        if local_variables:  # global variables are listed in creation order; op ids interleave local ones
+            index = {name: tf_internals.creation_id(v.op) for name, v in zip(op_names, every)}
+            order = sorted(op_names, key=index.__getitem__)
+    known = split or whole
+    positions = {}
 
-    entries = []
-    for name, parts in parts_by_name.items():
-        head = parts[0]
-        dtype = head.dtype.base_dtype
-        if len(parts) > 1 or tf_internals.slice_info(head) is not None:
-            parts.sort(key=lambda v: tuple(tf_internals.slice_info(v).var_offset))
-            shape = tuple(tf_internals.slice_info(head).full_shape)
-            # Only the parts that exist are written (TF gives some slots a full shape
-            # larger than the one slice they hold).
-            nbytes = sum(value_bytes(tuple(tf_internals.slice_info(p).var_shape), dtype) for p in parts)
-        else:
-            shape = tuple(head.shape.as_list()) if head.shape.dims is not None else ()
-            nbytes = value_bytes(shape, dtype)
-        entries.append(
-            CatalogEntry(
-                name=name,
-                shape=shape,
-                dtype=dtype.name,
-                nbytes=nbytes,
-                parts=tuple(p.op.name for p in parts),  # a lone part's op name differs from its name
-                index=first_seen[name],
-            )
-        )
+    def make(name):
+        parts = split[name] if split else (whole[name],)
+        if index is not None:
+            return _entry(name, parts, index[name])
+        if not positions:
+            positions.update((n, i) for i, n in enumerate(order))
+        return _entry(name, parts, positions[name])
 
+    name_of_object = dict(zip(map(id, every), names_of)).get
     collections = {}
     for key in graph.get_all_collection_keys():
-        names = [name_of_object[id(item)] for item in graph.get_collection(key) if id(item) in name_of_object]
+        names = [name for name in map(name_of_object, map(id, graph.get_collection(key))) if name is not None]
         if names:
             collections[key] = names
-    trainable = frozenset(collections.get(TRAINABLE_VARIABLES, ()))
-    steps = frozenset(collections.get(GLOBAL_STEP, ())) or frozenset(
-        e.name for e in entries if e.name.rsplit("/", 1)[-1] == "global_step" and e.dtype.startswith("int")
-        and e.shape == ()
-    )
 
     def roles(catalog):
-        return roles_from_graph(catalog, trainable, steps)
+        steps = catalog.collection(GLOBAL_STEP) or frozenset(
+            name for name in catalog.ordered_names if name.rsplit("/", 1)[-1] == "global_step"
+            and catalog.entry(name).dtype.startswith("int") and catalog.entry(name).shape == ()
+        )
+        return roles_from_graph(catalog, catalog.collection(TRAINABLE_VARIABLES), steps)
 
     return Catalog(
-        entries,
+        LazyEntries(order, make, known, part_names),
         collections,
         kind=kind,
         graph=graph,
-        variables={name: tuple(parts) for name, parts in parts_by_name.items()},
+        variables=split,
+        whole_variables=whole,
         roles=roles,
+    )
+
+
+def _grouped_parts(every, infos, op_names, local_variables):
+    """(logical name of each variable, name -> its parts in offset order, name -> creation index) for
+    a graph with partitioned variables (or two variables of one name)."""
+    names_of, parts_by_name, first_seen = [], {}, {}
+    for position, (variable, info, op_name) in enumerate(zip(every, infos, op_names)):
+        name = info.full_name if info is not None else op_name
+        names_of.append(name)
+        parts_by_name.setdefault(name, []).append(variable)
+        first_seen.setdefault(name, tf_internals.creation_id(variable.op) if local_variables else position)
+    for parts in parts_by_name.values():
+        if len(parts) > 1 or tf_internals.slice_info(parts[0]) is not None:
+            parts.sort(key=lambda v: tuple(tf_internals.slice_info(v).var_offset))
+    return names_of, parts_by_name, first_seen
+
+
+def _entry(name, parts, index) -> CatalogEntry:
+    head = parts[0]
+    dtype = head.dtype.base_dtype
+    info = tf_internals.slice_info(head)
+    if len(parts) > 1 or info is not None:
+        shape = tuple(info.full_shape)
+        # Only the parts that exist are written (TF gives some slots a full shape
+        # larger than the one slice they hold).
+        nbytes = sum(value_bytes(tuple(tf_internals.slice_info(p).var_shape), dtype) for p in parts)
+    else:
+        shape = tuple(head.shape.as_list()) if head.shape.dims is not None else ()
+        nbytes = value_bytes(shape, dtype)
+    return CatalogEntry(
+        name=name,
+        shape=shape,
+        dtype=dtype.name,
+        nbytes=nbytes,
+        parts=tuple(p.op.name for p in parts),  # a lone part's op name differs from its name
+        index=index,
     )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 
 from .walks import closure
 
@@ -91,13 +92,17 @@ class _Analysis:
         for name, keys in flow.reads.items():
             for key in keys:
                 self.read_of[key].add(name)
-        inputs = [key for key, op_type in self.ops.type.items() if op_type.startswith(_INPUT_OPS)]
-        weights = [key for name in trainable for key in flow.reads.get(name, ())]
-        self.data = closure(inputs + weights, flow.value_successors)  # what the model computes
-        self.forward = self._forward()
 
-    # -- forward values ------------------------------------------------------------------
-    def _forward(self) -> frozenset:
+    # -- forward values (asked only when the graph trains) -------------------------------
+    @functools.cached_property
+    def data(self) -> set:
+        """What the model computes: every value reached from its inputs or weights."""
+        inputs = [key for key, op_type in self.ops.type.items() if op_type.startswith(_INPUT_OPS)]
+        weights = [key for name in self.trainable for key in self.flow.reads.get(name, ())]
+        return closure(inputs + weights, self.flow.value_successors)
+
+    @functools.cached_property
+    def forward(self) -> frozenset:
         """The values used by a computation towards a forward output (an output computed from
         the model's inputs or weights: an optimizer's unused intermediate is none)."""
         flow = self.flow
@@ -211,6 +216,8 @@ class _Analysis:
 
     def _gradients(self, update_side):
         """Update-side values derived from forward values that reach no forward output."""
+        if not update_side:
+            return set()  # nothing trains: no gradient, and no need to find the forward values
         flow = self.flow
         forward = update_side & self.forward
         below_forward = closure(forward, lambda n: [s for s in flow.value_successors(n) if s in update_side])

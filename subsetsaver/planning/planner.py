@@ -2,9 +2,11 @@
 
 ``plan(sel, graph)`` resolves a selector, builds every op it will ever run (the Saver's
 save and restore ops, the initializer of the rest, a "what is still uninitialized"
-report, and, for ``on_mismatch='initialize'``, restore ops that can load any subset),
-and returns a :class:`Plan`. After that the graph may be finalized: saving and
-restoring only run existing ops, one ``session.run`` per step.
+check of the variables a restore cannot be seen to initialize, and, for
+``on_mismatch='initialize'``, restore ops that can load any subset), and returns a
+:class:`Plan`. After that the graph may be finalized: saving and restoring only run
+existing ops, one ``session.run`` per step. A restore reads the checkpoint's index once
+per version of its files (see :func:`~subsetsaver.planning.tf_backend.cached_contents`).
 
 Example::
 
@@ -20,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import os
@@ -27,7 +30,7 @@ import warnings
 
 from .. import catalog as catalog_module
 from .. import tf_internals
-from ..audit import audit, warn_for
+from ..audit import audit_errors, warn_for
 from ..errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
@@ -46,6 +49,7 @@ from .averages import AverageRestorer
 from .backends import backend_class
 from .remap import checkpoint_names, nearest_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
+from .tf_backend import TfBackend
 
 ON_MISMATCH = ("error", "initialize")
 # errno -> how TensorFlow's errors spell it (its OpErrors carry no errno)
@@ -78,7 +82,7 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_
 
     The audit runs first: each error finding (e.g. batch-norm statistics the selection
     forgets) is a ``SubsetSaverWarning``; ``strict=True`` raises them as one error
-    before any op is built.
+    before any op is built (see :func:`subsetsaver.audit.audit_errors`).
 
     >>> p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
     """
@@ -102,7 +106,7 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_
             f"selector {sel!r} saves no variable, so there is nothing to plan; "
             "use tf.compat.v1.global_variables_initializer() to only initialize"
         )
-    warn_for(audit(sel, catalog), strict=strict, stacklevel=2)
+    warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=2)
     return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
                 saver_kwargs=saver_kwargs, use_averages=use_averages)
 
@@ -136,12 +140,15 @@ class Plan:
         self.backend = backend(self.graph, variables, partial_restore=on_mismatch == "initialize", **saver_kwargs)
         with self.graph.as_default(), tf.compat.v1.name_scope("subsetsaver"):
             self.init_op = tf.compat.v1.variables_initializer(self.rest, name="initialize_rest")
-            self._initialize_all = tf.compat.v1.variables_initializer(self.saved + self.rest, name="initialize_all")
-            self._uninitialized = tf.compat.v1.report_uninitialized_variables(
-                self.saved + self.rest, name="report_uninitialized"
-            )
-            tf_internals.mark_used(self._uninitialized)  # it is run later, not now
-        self._logical_name = {part.op.name: name for name, parts in self._parts.items() for part in parts}
+            self._initialize_all = tf.group(self.init_op, *(v.initializer for v in self.saved), name="initialize_all")
+            # What a restore or an initialization cannot be seen to initialize is checked after it runs.
+            # The Saver's restore op assigns every saved variable, and an initializer that assigns its
+            # variable initializes it; with another backend every saved variable is checked.
+            restored_seen = issubclass(backend, TfBackend)
+            checked = [(name, part) for names, seen in ((self.saved_names, restored_seen), (self.rest_names, True))
+                       for name in names for part in self._parts[name] if not (seen and _initializes(part))]
+            self._checked_names = [name for name, _part in checked]
+            self._initialized = _initialized_flags([part for _name, part in checked]) if checked else None
         self._checkpoint_to_name = {key: name for name, key in self.checkpoint_names.items()}
         self.use_averages = use_averages
         self._averages = None
@@ -221,18 +228,17 @@ class Plan:
         prefix = self.backend.prefix(checkpoint)
         return self._check(prefix)
 
-    def _check(self, prefix) -> CheckReport:
+    def _check(self, prefix, with_manifest=True) -> CheckReport:
         contents = self.backend.contents(prefix)
         unmatched = sorted(k for k in contents if k not in self._checkpoint_to_name)
-        missing = [self.checkpoint_names[n] for n in self.saved_names if self.checkpoint_names[n] not in contents]
+        missing = [key for _name, key, *_spec in self._expected if key not in contents]
         remap, resolves = None, 0
         if missing and not self.remap:  # a suggestion is checked against every name, shape and dtype
             specs = {name: self.spec(name) for name in self.saved_names}
             remap, resolves = suggest_remap(missing, unmatched, expected=specs, contents=contents)
-        nearest = nearest_names(missing, unmatched or sorted(contents), remap)
-        expected = [(name, self.checkpoint_names[name], *self.spec(name)) for name in self.saved_names]
-        problems = compare_contents(expected, contents, nearest)
-        rest = set(self.rest_names)
+        nearest = nearest_names(missing, unmatched or sorted(contents), remap) if missing else {}
+        problems = compare_contents(self._expected, contents, nearest)
+        rest = set(self.rest_names) if unmatched else ()
         for key in unmatched:
             found_shape, found_dtype = contents[key]
             problems.append(Problem("unexpected", key if key in rest else None, key,
@@ -243,8 +249,13 @@ class Plan:
             problems=tuple(problems),
             remap=remap,
             remap_resolves=resolves,
-            manifest=_manifest_or_none(prefix),
+            manifest=_manifest_or_none(prefix) if with_manifest else None,
         )
+
+    @functools.cached_property
+    def _expected(self) -> list:
+        """``(name, checkpoint name, shape, dtype)`` of every saved variable, in the plan's order."""
+        return [(name, self.checkpoint_names[name], *self.spec(name)) for name in self.saved_names]
 
     # -- running -----------------------------------------------------------------------
     def restore_or_initialize(self, sess, checkpoint) -> RestoreReport:
@@ -287,9 +298,10 @@ class Plan:
     def _restore_from(self, sess, prefix) -> RestoreReport:
         if self._averages is not None:
             return self._averages.restore_or_initialize(sess, prefix)
-        report = self._check(prefix)
+        report = self._check(prefix, with_manifest=False)  # the manifest only words an error
         mismatched = report.blocking
         if mismatched and self.on_mismatch == "error":
+            report = dataclasses.replace(report, manifest=_manifest_or_none(prefix))
             raise CheckpointMismatchError(report.message(), mismatched)
         import tensorflow as tf
 
@@ -338,8 +350,7 @@ class Plan:
         except Exception as error:
             self._put_back_manifests(kept_manifests)
             if isinstance(error, tf.errors.FailedPreconditionError):
-                saved = set(self.saved_names)
-                names = [name for name in self._uninitialized_names(sess) if name in saved]
+                names = self._uninitialized_saved(sess)
                 if names:
                     raise UninitializedVariablesError(
                         f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
@@ -447,8 +458,35 @@ class Plan:
             )
 
     def _uninitialized_names(self, sess) -> list:
-        found = [raw.decode() for raw in sess.run(self._uninitialized)]
-        return list(dict.fromkeys(self._logical_name.get(name, name) for name in found))
+        """The variables the check after a restore or initialization finds uninitialized."""
+        if self._initialized is None:
+            return []
+        flags = sess.run(self._initialized)
+        return list(dict.fromkeys(name for name, initialized in zip(self._checked_names, flags) if not initialized))
+
+    def _uninitialized_saved(self, sess) -> list:
+        """The saved variables that are not initialized (after a save failed): through the flags
+        TensorFlow built with them, flags built now for the others, or, in a finalized graph, a read of
+        each of those."""
+        import tensorflow as tf
+
+        parts = [(name, part) for name in self.saved_names for part in self._parts[name]]
+        flags = [tf_internals.initialized_flag(part) for _name, part in parts]
+        if not self.graph.finalized and any(flag is None for flag in flags):
+            with self.graph.as_default(), tf.compat.v1.name_scope("subsetsaver/report_uninitialized"):
+                flags = [_new_flag(part) if flag is None else flag for (_name, part), flag in zip(parts, flags)]
+        found = dict(zip([i for i, flag in enumerate(flags) if flag is not None],
+                         sess.run([flag for flag in flags if flag is not None])))
+        for index, flag in enumerate(flags):
+            read = tf_internals.value_read(parts[index][1]) if flag is None else None
+            if read is not None:
+                try:
+                    sess.run(read.op)
+                except tf.errors.FailedPreconditionError:
+                    found[index] = False
+                except tf.errors.OpError:
+                    pass  # not known: the error the save raised says the rest
+        return list(dict.fromkeys(name for index, (name, _part) in enumerate(parts) if not found.get(index, True)))
 
     def _confirm_initialized(self, sess, when):
         names = self._uninitialized_names(sess)
@@ -478,6 +516,35 @@ class Plan:
             remap=self.remap,
             backend=self.backend.name,
         )
+
+
+def _initializes(variable) -> bool:
+    """Whether ``variable``'s initializer is an assignment of the variable itself, so that running it
+    leaves the variable initialized."""
+    op = getattr(variable, "initializer", None)
+    return (getattr(op, "type", None) in ("AssignVariableOp", "Assign") and bool(op.inputs)
+            and op.inputs[0].op is variable.op)
+
+
+def _initialized_flags(variables):
+    """One ``bool`` tensor: whether each of ``variables`` is initialized, what
+    ``report_uninitialized_variables`` asks, through the op TensorFlow built with each variable where
+    there is one (a resource variable's ``IsInitialized``), so one new op rather than one per variable."""
+    import tensorflow as tf
+
+    with tf.compat.v1.name_scope("report_uninitialized"):
+        flags = [tf_internals.initialized_flag(variable) for variable in variables]
+        flags = [_new_flag(variable) if flag is None else flag for variable, flag in zip(variables, flags)]
+        with tf.device(os.environ.get("TF_DEVICE_FOR_UNINITIALIZED_VARIABLE_REPORTING", "/cpu:0")):
+            return tf.stack(flags, name="initialized")
+
+
+def _new_flag(variable):
+    import tensorflow as tf
+
+    flag = tf.compat.v1.is_variable_initialized(variable)
+    tf_internals.mark_used(flag)  # it is run later, not now
+    return flag
 
 
 def _manifest_or_none(prefix):

@@ -1,5 +1,10 @@
 """The ``tf`` backend of a plan: TensorFlow V2 checkpoints through a staged Saver.
 
+What a checkpoint's ``.index`` lists is read once per version of its files: :func:`cached_contents`
+keeps it keyed by the identity (size, modification time, inode) of the ``.index`` and of each
+``.data`` file, so a restore loop reads the index once, and a checkpoint rewritten under the same
+prefix is read again.
+
 Example::
 
     >>> p = ss.plan(ss.trainable(), graph)          # backend='tf' is the default
@@ -8,6 +13,10 @@ Example::
 """
 
 from __future__ import annotations
+
+import collections
+import os
+import threading
 
 from .. import tf_internals
 from ..catalog import checkpoint_contents, checkpoint_prefix, unlisted_checkpoints_error
@@ -85,4 +94,57 @@ class TfBackend:
 
     @staticmethod
     def contents(prefix) -> dict:
+        return dict(cached_contents(prefix))
+
+
+_CONTENTS_KEPT = 64
+_contents = collections.OrderedDict()  # absolute prefix -> (data file names, identity of the files, contents)
+_contents_lock = threading.Lock()
+
+
+def cached_contents(prefix) -> dict:
+    """:func:`~subsetsaver.catalog.checkpoint_contents` of ``prefix``, read again only when one of its
+    files changed or went (any save rewrites the ``.index``); the dict returned is shared: do not
+    change it. Paths with a scheme (``gs://``) are read every time."""
+    if "://" in prefix:
         return checkpoint_contents(prefix)
+    key = os.path.abspath(prefix)
+    with _contents_lock:
+        cached = _contents.get(key)
+    if cached is not None and _files_identity(key, cached[0]) == cached[1]:
+        with _contents_lock:
+            if key in _contents:
+                _contents.move_to_end(key)
+        return cached[2]
+    names = _data_file_names(key)
+    identity = _files_identity(key, names)
+    contents = checkpoint_contents(prefix)  # validates the index and the data files, or raises
+    if identity is not None and _files_identity(key, names) == identity:  # not rewritten while it was read
+        with _contents_lock:
+            _contents[key] = (names, identity, contents)
+            while len(_contents) > _CONTENTS_KEPT:
+                _contents.popitem(last=False)
+    return contents
+
+
+def _data_file_names(prefix) -> tuple:
+    directory, base = os.path.split(prefix)
+    try:
+        return tuple(sorted(name for name in os.listdir(directory) if name.startswith(base + ".data-")))
+    except OSError:
+        return ()
+
+
+def _files_identity(prefix, data_names):
+    """``(device, inode, size, mtime_ns)`` of ``PREFIX.index``, and ``data_names`` (files beside it) each
+    with theirs; None when one of them cannot be read."""
+    directory = os.path.dirname(prefix)
+
+    def identity(path):
+        found = os.stat(path)
+        return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
+
+    try:
+        return identity(prefix + ".index"), tuple((name, identity(os.path.join(directory, name))) for name in data_names)
+    except OSError:
+        return None

@@ -20,7 +20,7 @@ from typing import Iterable
 from .. import catalog as catalog_module
 from .. import tf_internals
 from ..errors import EmptySelectionError
-from .patterns import compile_regex, glob_matcher, regex_matcher
+from .patterns import compile_regex, glob_matcher, glob_selector, regex_selector
 
 # Binding strength, the same as Python's operators, so text and code mean the same.
 _UNION, _XOR, _AND, _SUB, _UNARY, _ATOM = range(1, 7)
@@ -233,7 +233,12 @@ class Scope(_Leaf):
         if not self.path:
             return catalog.all_names
         under, path = self.path + "/", self.path
-        return _matching(catalog, self, lambda name: name.startswith(under) or name == path)
+
+        def select(names):
+            found = [name for name in names if name.startswith(under)]
+            return found + [path] if path in names else found
+
+        return _matching(catalog, self, select)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -248,7 +253,7 @@ class Name(_Leaf):
 
     def evaluate(self, catalog):
         # fnmatch.fnmatchcase, in time linear in the glob and the name
-        return _matching(catalog, self, glob_matcher(self.pattern))
+        return _matching(catalog, self, glob_selector(self.pattern))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -267,7 +272,7 @@ class Regex(_Leaf):
         compile_regex(self.pattern)
 
     def evaluate(self, catalog):
-        return _matching(catalog, self, regex_matcher(self.pattern))
+        return _matching(catalog, self, regex_selector(self.pattern))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -518,13 +523,13 @@ BUILTINS = {
 # ---------------------------------------------------------------------------------
 
 
-def _matching(catalog, leaf, matches) -> frozenset:
-    """The names of ``catalog`` that ``matches``: once per catalog and leaf when the catalog caches
-    (:meth:`subsetsaver.catalog.Catalog.names_matching`), else over every name."""
+def _matching(catalog, leaf, select) -> frozenset:
+    """The names of ``catalog`` that ``select(names)`` picks: once per catalog and leaf when the catalog
+    caches (:meth:`subsetsaver.catalog.Catalog.names_matching`), else over every name."""
     cached = getattr(catalog, "names_matching", None)
     if cached is not None:
-        return cached(leaf, matches)
-    return frozenset(name for name in catalog.all_names if matches(name))
+        return cached(leaf, select)
+    return frozenset(select(catalog.all_names))
 
 
 def format_bytes(count: int) -> str:

@@ -27,7 +27,8 @@ import re2
 from ..errors import InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError
 from . import re2_syntax
 
-__all__ = ["compile_regex", "glob_matcher", "glob_to_regex", "regex_matcher", "require_google_re2"]
+__all__ = ["compile_regex", "glob_matcher", "glob_selector", "glob_to_regex", "regex_matcher", "regex_selector",
+           "require_google_re2"]
 
 _PLAIN = "write '{}' instead: RE2 never backtracks, so it cannot hang without one"
 _FIXES = {  # kind -> (what RE2 has none of, how to do without)
@@ -159,6 +160,40 @@ def glob_matcher(glob: str):
     except UnsupportedRegexError:  # a glob has nothing RE2 lacks: only its size can be too much
         raise SelectorSyntaxError(_TOO_LARGE_GLOB) from None
     return lambda name: fullmatch(_utf8(name)) is not None
+
+
+def regex_selector(pattern: str):
+    """A function: names -> those where ``re.search(pattern, name)`` finds a match, as a list.
+
+    A pattern with no special character is a substring test (``regex('/Adam')``), and one that is
+    ``^`` and such a literal a prefix test: what ``re.search`` means for them, without running RE2
+    once per name. Every other pattern runs on RE2, as :func:`regex_matcher`.
+    """
+    compiled, _matches_empty = _compile(pattern)  # refuses what the regex syntax or RE2 refuses, literal or not
+    if _is_literal(pattern):
+        return lambda names: [name for name in names if pattern in name]
+    if pattern.startswith("^") and _is_literal(pattern[1:]):
+        prefix = pattern[1:]
+        return lambda names: [name for name in names if name.startswith(prefix)]
+    matches = regex_matcher(pattern)
+    return lambda names: [name for name in names if matches(name)]
+
+
+def glob_selector(glob: str):
+    """A function: names -> those ``fnmatch.fnmatchcase(name, glob)`` accepts, as a list; a glob with
+    no ``*``, ``?`` or ``[`` is an equality test."""
+    matches = glob_matcher(glob)  # refuses a glob too large for RE2, literal or not
+    if not any(char in glob for char in "*?["):
+        return lambda names: [glob] if glob in names else []
+    return lambda names: [name for name in names if matches(name)]
+
+
+_SPECIAL = frozenset(".^$*+?{}[]\\|()")
+
+
+def _is_literal(pattern) -> bool:
+    """Whether ``pattern`` matches exactly its own text: no character means more than itself."""
+    return not _SPECIAL.intersection(pattern)
 
 
 def _utf8(name) -> bytes:
