@@ -1,21 +1,23 @@
-"""The graph side of portable checkpoints: one ``session.run`` to save, one to restore.
+"""The graph side of portable checkpoints: a save streamed in runs, a restore in one ``session.run``.
 
-:class:`NpzOps` holds, for one ordered set of variables, what a save fetches and what
-a restore feeds (:class:`~subsetsaver.planning.restore_ops.FeedAssignOps`), built once
-per graph and variable set and cached (:func:`ops_for`); :class:`RestoreProgram` is how
-one set of names is read from one validated file and fed, reused by later restores.
+:class:`SaveFetches` holds what a save fetches, in runs of about 32 MB (one
+``session.run`` each, the next fetched in a worker while the current one is written),
+built once per graph and variable set and never with restore ops (:func:`save_fetches_for`).
+:class:`NpzOps` adds what a restore feeds (:class:`~subsetsaver.planning.restore_ops.FeedAssignOps`),
+cached (:func:`ops_for`); :class:`RestoreProgram` is how one set of names is read from one
+validated file and fed, reused by later restores.
 
 Variables of one dtype and shape travel together: a restore feeds one ``[count,
-*shape]`` buffer, a save fetches one ``stack`` of the small ones. A handful of feeds
-and fetches instead of thousands keeps ``session.run``'s per-tensor cost out of the
-way, and the graph has about as many nodes as a Saver's. Variables of 64 KiB and more
-are fetched one by one: a stack would copy their bytes twice, and the per-tensor cost
-is small next to theirs.
+*shape]`` buffer, a save fetches neighbouring small ones as one ``stack`` (written as one
+zip block). A handful of feeds and fetches instead of thousands keeps ``session.run``'s
+per-tensor cost out of the way, and the graph has about as many nodes as a Saver's.
+Variables of 64 KiB and more are fetched one by one: a stack would copy their bytes
+twice, and the per-tensor cost is small next to theirs.
 
 Example::
 
-    >>> ops = ops_for(graph, [layout_of(name, catalog.variables([name])) for name in names])
-    >>> arrays, _ = ops.fetch(sess)
+    >>> fetches = save_fetches_for(graph, [layout_of(name, catalog.variables([name])) for name in names])
+    >>> _, arrays = fetches.stream(sess)
 """
 
 from __future__ import annotations
