@@ -81,6 +81,19 @@ def write_state(directory, latest, kept=(), filename=STATE_FILENAME) -> None:
     atomic.write_bytes(_join(directory, filename), ("\n".join(lines) + "\n").encode("utf-8"))
 
 
+def name_latest(prefix, filename=STATE_FILENAME) -> None:
+    """Name ``prefix`` the latest checkpoint in the state file of its directory, keeping the ones it
+    lists: what every command that writes a checkpoint does, so ``latest_checkpoint`` finds it.
+
+    >>> name_latest('serve/model'); latest_checkpoint('serve')
+    'serve/model'
+    """
+    prefix = os.fspath(prefix)
+    directory = os.path.dirname(prefix) or "."
+    state = read_state(directory, filename)
+    write_state(directory, prefix, () if state is None else state.kept, filename)
+
+
 def unlisted_checkpoints(directory) -> list:
     """Prefixes of the checkpoints (``*.index``) in ``directory``, sorted; for saying what a missing
     state file leaves unnamed."""

@@ -99,7 +99,7 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
         raise
     if target != output:
         _rename_checkpoint(target, output)
-    _record_latest(output)
+    tf_state.name_latest(output)
     return ObjectConvertReport(source, output, label, report, len(out.records),
                                sum(record.nbytes for record in out.records), verified)
 
@@ -302,10 +302,3 @@ def _rename_checkpoint(temporary, output):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(stale)
     atomic.fsync_directory(os.path.dirname(local))
-
-
-def _record_latest(prefix):
-    """Name ``prefix`` the latest checkpoint of its directory's state file, keeping the ones it lists."""
-    directory = os.path.dirname(prefix) or "."
-    state = tf_state.read_state(directory)
-    tf_state.write_state(directory, prefix, () if state is None else state.kept)

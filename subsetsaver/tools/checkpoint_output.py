@@ -19,8 +19,8 @@ from __future__ import annotations
 import glob
 import os
 
+from ..errors import CorruptCheckpointError
 from ..formats import tf_bundle, tf_state
-from .slim import verify_written
 
 
 def prepare(output, *, sources, overwrite=False) -> None:
@@ -53,12 +53,23 @@ def write_verified(output, tensors) -> int:
             nbytes += array.nbytes
             del array  # one tensor in memory at a time
     verify_written(output, written)
-    record_latest(output)
+    tf_state.name_latest(output)
     return nbytes
 
 
-def record_latest(prefix) -> None:
-    """Name ``prefix`` the latest checkpoint in its directory's state file, keeping the ones it lists."""
-    directory = os.path.dirname(os.fspath(prefix)) or "."
-    state = tf_state.read_state(directory)
-    tf_state.write_state(directory, os.fspath(prefix), () if state is None else state.kept)
+def verify_written(output, expected, parts=()) -> None:
+    """Re-read every tensor of the checkpoint ``output``, one at a time: its bytes must match the checksum
+    the writer took of the source's bytes, and its shape and dtype ``expected`` (name -> (shape, dtype)).
+    ``output`` must hold exactly those names and ``parts`` (tensors written as parts, not read whole).
+    CorruptCheckpointError otherwise."""
+    with tf_bundle.BundleReader(output) as written:
+        names, wanted = set(written.names), set(expected) | set(parts)
+        if names != wanted:
+            raise CorruptCheckpointError(
+                f"checkpoint '{output}' holds {sorted(names ^ wanted)[:5]} unexpectedly; it was not completed"
+            )
+        for name, (shape, dtype) in expected.items():
+            value = written.read(name)  # CorruptCheckpointError if its bytes are not what was written
+            if value.shape != tuple(shape) or value.dtype != dtype:
+                raise CorruptCheckpointError(f"checkpoint '{output}': tensor {name} differs from the source")
+            del value

@@ -44,7 +44,7 @@ from ..formats import npz, safetensors_file, subset_manifest, tf_bundle, tf_stat
 from ..formats.npz import entry_spec
 from ..planning import renamed_names
 from ..selectors import as_selector
-from .slim import verify_written
+from .checkpoint_output import verify_written
 
 FORMATS = ("name", "npz", "safetensors")
 _HOLDERS = {"npz": "portable checkpoints", "safetensors": "safetensors files"}
@@ -280,9 +280,7 @@ def _write_checkpoint(source, source_format, names, prefix, renamed, derived, st
             written[name] = (array.shape, array.dtype)
             nbytes += array.nbytes
     verify_written(prefix, written, parts={renamed[name] for name in regions.keys() & set(names)})
-    directory = os.path.dirname(prefix) or "."
-    state = tf_state.read_state(directory)
-    tf_state.write_state(directory, prefix, () if state is None else state.kept)
+    tf_state.name_latest(prefix)
     return nbytes
 
 

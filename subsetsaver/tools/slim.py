@@ -28,10 +28,11 @@ import glob
 import os
 
 from .. import catalog as catalog_module
-from ..errors import CheckpointMismatchError, CorruptCheckpointError
+from ..errors import CheckpointMismatchError
 from ..formats import tf_bundle, tf_state
 from ..formats.subset_manifest import manifest_content, write_manifest
 from ..selectors import as_selector
+from .checkpoint_output import verify_written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +113,7 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
             dropped=list(dropped),
         ),
     )
-    directory = parent or "."
-    state = tf_state.read_state(directory)
-    tf_state.write_state(directory, output, () if state is None else state.kept)
+    tf_state.name_latest(output)
     return SlimReport(
         source=source,
         output=output,
@@ -143,21 +142,3 @@ def _check_output(source, output, overwrite):
                                                                      if os.path.exists(p)]
     if existing and not overwrite:
         raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force)")
-
-
-def verify_written(output, expected, parts=()) -> None:
-    """Re-read every tensor of the checkpoint ``output``, one at a time: its bytes must match the checksum
-    the writer took of the source's bytes, and its shape and dtype ``expected`` (name -> (shape, dtype)).
-    ``output`` must hold exactly those names and ``parts`` (tensors written as parts, not read whole).
-    CorruptCheckpointError otherwise."""
-    with tf_bundle.BundleReader(output) as written:
-        names, wanted = set(written.names), set(expected) | set(parts)
-        if names != wanted:
-            raise CorruptCheckpointError(
-                f"checkpoint '{output}' holds {sorted(names ^ wanted)[:5]} unexpectedly; it was not completed"
-            )
-        for name, (shape, dtype) in expected.items():
-            value = written.read(name)  # CorruptCheckpointError if its bytes are not what was written
-            if value.shape != tuple(shape) or value.dtype != dtype:
-                raise CorruptCheckpointError(f"checkpoint '{output}': tensor {name} differs from the source")
-            del value
