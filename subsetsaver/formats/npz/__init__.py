@@ -25,6 +25,7 @@ Modules, each importing only those above it:
 - ``writer``: :func:`write`, :func:`prepare`, :func:`prepare_rows`;
 - ``sources``: the bytes of a file being read (local, or remote in memory);
 - ``rows``: gathering many small arrays into the rows of one buffer;
+- ``parallel_read``: large arrays read by several threads in chunks, CRC-32s joined;
 - ``reader``: :class:`Archive`, :func:`read`, :func:`read_manifest`, :func:`verify`.
 
 Example::

@@ -18,8 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import concurrent.futures
-import hashlib
 import io
 import json
 import os
@@ -39,6 +37,7 @@ from .format import (
     typed_view,
 )
 from .memory import aligned_bytes, evict_oldest
+from .parallel_read import ParallelReads, sha256_hex
 from .rows import RowPlan
 from .sources import MemorySource, open_source
 
@@ -246,9 +245,8 @@ class Archive:
         into = into or {}
         memory = isinstance(self._source, MemorySource)
         digest = _crc32_of_member if self.manifest.checksum == "crc32" else _sha256
-        results, jobs, pool = {}, [], None
-        read_into, threshold = self._source.read_into if not memory else None, HASH_IN_THREADS
-        try:
+        results = {}
+        with ParallelReads(None if memory else self._source.read_into, self.manifest.checksum) as large:
             for name in names:
                 entry, start = by_name[name]
                 target = into.get(name)
@@ -260,29 +258,27 @@ class Archive:
                         target[...] = raw
                         raw = target
                 else:
-                    raw = read_into(start, target if target is not None else aligned_bytes(entry.nbytes))
-                if entry.nbytes >= threshold:
-                    pool = pool or concurrent.futures.ThreadPoolExecutor(max_workers=2)
-                    jobs.append((entry, raw, pool.submit(digest, raw, entry)))
+                    raw = target if target is not None else aligned_bytes(entry.nbytes)
+                    if entry.nbytes < HASH_IN_THREADS:
+                        self._source.read_into(start, raw)
+                if entry.nbytes >= HASH_IN_THREADS:  # read (local files) and checksummed by several threads
+                    large.add(entry, start, raw, header_crc(entry))
                     continue
-                if digest(raw, entry) != entry.checksum:
-                    self._mismatch(entry, digest(raw, entry))
+                self._checked(entry, raw, digest(raw, entry))
                 if target is None:
                     results[name] = typed_view(raw, entry)
-                if entry.dtype == "bool":
-                    self._check_bools(entry, raw)
-            for entry, raw, job in jobs:
-                found = job.result()
-                if found != entry.checksum:
-                    self._mismatch(entry, found)
+            for entry, raw, found in large.finished():
+                self._checked(entry, raw, found)
                 if entry.name not in into:
                     results[entry.name] = typed_view(raw, entry)
-                if entry.dtype == "bool":
-                    self._check_bools(entry, raw)
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True)
-        return results
+        return {name: results[name] for name in names if name in results}  # in the order asked for
+
+    def _checked(self, entry, raw, found):
+        """Raise unless ``found`` is the entry's checksum (and a bool array holds only 0 and 1)."""
+        if found != entry.checksum:
+            self._mismatch(entry, found)
+        if entry.dtype == "bool":
+            self._check_bools(entry, raw)
 
     def plan_rows(self, names, rows, nbytes) -> RowPlan:
         """Where the arrays ``names`` (``nbytes`` bytes each) sit in this file, for :meth:`load_rows`
@@ -348,7 +344,7 @@ def _header_problem(found, entry) -> str:
 
 
 def _sha256(array, entry) -> str:
-    return hashlib.sha256(array.data if array.size else b"").hexdigest()
+    return sha256_hex(array)
 
 
 def _crc32_of_member(array, entry) -> str:
