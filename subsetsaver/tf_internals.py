@@ -76,6 +76,16 @@ def value_read(variable):
     return found if found is not None else getattr(variable, "_snapshot", None)
 
 
+def standalone_read(variable):
+    """:func:`value_read` when it can be fed to a new op as it is (in the variable's graph, with no
+    control inputs and outside any control flow), else None."""
+    read = value_read(variable)
+    if read is None or read.graph is not variable.graph or read.op.control_inputs \
+            or read.op._get_control_flow_context() is not None:
+        return None
+    return read
+
+
 def is_reference(tensor) -> bool:
     """Whether ``tensor`` is a reference (a ref variable's value), which an assign cannot take directly."""
     return bool(tensor.dtype._is_ref_dtype)

@@ -1,6 +1,6 @@
 """Large arrays read by several threads in chunks: CRC-32s joined exactly, every chunk's damage caught
 and named, reads really in flight side by side, and nothing written into a buffer once a load has
-given up. No TensorFlow."""
+given up. TensorFlow only for the ram:// files."""
 
 import os
 import threading

@@ -26,6 +26,7 @@ import concurrent.futures
 import threading
 import weakref
 
+from .. import tf_internals
 from ..errors import RestoreOpsMissingError
 from ..formats.npz import aligned_bytes, evict_oldest
 from .npz_layout import joined, part_slices
@@ -50,7 +51,9 @@ class SaveFetches:
         import tensorflow as tf
 
         self.layouts = {layout.name: layout for layout in layouts}
-        self.runs = []  # (fetches, takes: [(name, index in the fetched values, position in a stack or None)], bytes)
+        self.array_info = {layout.name: info for layout in layouts if (info := layout.info())}  # for the manifest
+        self.runs = []  # (fetches, takes, bytes); takes: (name, index in the fetched values, False) or
+        #                 (names, index of their stack, True)
         with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope("subsetsaver_npz/"):
             for members in _runs(layouts):
                 self.runs.append(self._run(members, stacks))
@@ -71,10 +74,10 @@ class SaveFetches:
                 end += 1
             if end - index > 1:
                 group = members[index:end]
-                takes.extend((layout.name, len(fetches), position) for position, layout in enumerate(group))
-                fetches.append(tf.stack([layout.parts[0].value() for layout in group]))
+                takes.append((tuple(layout.name for layout in group), len(fetches), True))
+                fetches.append(tf.stack([_read(layout.parts[0]) for layout in group]))
             else:
-                takes.append((members[index].name, len(fetches), None))
+                takes.append((members[index].name, len(fetches), False))
                 fetches.extend(members[index].parts)  # the variable itself: its read op, no new op
             index = end
         return fetches, takes, sum(_stored_bytes(layout) for layout in members)
@@ -100,19 +103,17 @@ class SaveFetches:
 
     def _taken(self, index, values, prepared) -> list:
         prepare, prepare_rows = prepared
-        arrays, stacks = [], {}
-        for name, position, in_stack in self.runs[index][1]:
-            if in_stack is None:
+        arrays = []
+        for name, position, stacked in self.runs[index][1]:
+            if not stacked:
                 layout = self.layouts[name]
                 array = joined(layout, values[position:position + len(layout.parts)]) if layout.partitioned \
                     else values[position]
                 arrays.append(prepare(name, array))
             elif prepare_rows is None:
-                arrays.append(prepare(name, values[position][in_stack]))
+                arrays.extend(prepare(member, row) for member, row in zip(name, values[position]))
             else:
-                stacks.setdefault(position, []).append(name)
-                if len(stacks[position]) == len(values[position]):
-                    arrays.append(prepare_rows(tuple(stacks[position]), values[position]))
+                arrays.append(prepare_rows(name, values[position]))
         return arrays
 
     def _streamed(self, sess, first, prepared):
@@ -161,6 +162,12 @@ class _Budget:
         with self._changed:
             self._cancelled = True
             self._changed.notify_all()
+
+
+def _read(variable):
+    """The variable's value: the read TensorFlow built with it (no new op), else a new read."""
+    read = tf_internals.standalone_read(variable)
+    return read if read is not None else variable.value()
 
 
 def _stored_bytes(layout) -> int:
@@ -303,17 +310,25 @@ def ops_for(graph, layouts, *, build=True):
 def save_fetches_for(graph, layouts) -> SaveFetches:
     """What a save of these layouts fetches: the NpzOps' when restore ops exist, else save fetches
     alone (a save never builds restore ops), built once; without new ops in a finalized graph."""
+    cache = _ops_by_graph.get(graph)
+    known = cache.get(("save", id(layouts))) if cache else None  # the same (cached) list again: skip the key
+    if known is not None and known[0] is layouts:
+        return known[1]
     key = _key(layouts)
     with _build_lock:
         cache = _ops_by_graph.setdefault(graph, {})
         ops = cache.get(key)
         if ops is not None:
-            return ops.save
-        fetches = cache.get(("save", key))
-        if fetches is None:
-            fetches = SaveFetches(graph, layouts, stacks=not graph.finalized)
-            if not graph.finalized:
+            fetches = ops.save
+        else:
+            fetches = cache.get(("save", key))
+            if fetches is None:
+                fetches = SaveFetches(graph, layouts, stacks=not graph.finalized)
+                if graph.finalized:
+                    return fetches
                 cache[("save", key)] = fetches
+        if isinstance(layouts, list):
+            cache[("save", id(layouts))] = (layouts, fetches)
         return fetches
 
 
