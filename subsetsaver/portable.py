@@ -28,6 +28,7 @@ import os
 import weakref
 
 from . import catalog as catalog_module
+from .catalog.dataflow import no_garbage_collection
 from .errors import CheckpointMismatchError
 from .formats import npz
 from .formats.npz import entry_spec, evict_oldest
@@ -159,11 +160,13 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
     check_storable(layouts)
-    _, arrays = save_fetches_for(graph, layouts).stream(
-        sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
+    fetches = save_fetches_for(graph, layouts)
     path = os.fspath(path)
-    npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
-              array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=checksum)
+    with no_garbage_collection():  # thousands of small arrays make as many entries (see NpzBackend.save)
+        _, arrays = fetches.stream(
+            sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
+        npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
+                  array_info=fetches.array_info, checksum=checksum)
     return path
 
 

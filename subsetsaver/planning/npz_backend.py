@@ -18,6 +18,7 @@ import numbers
 import os
 import re
 
+from ..catalog.dataflow import no_garbage_collection
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
 from ..formats import npz, npz_state
 from ..formats.atomic import remove_abandoned
@@ -75,17 +76,19 @@ class NpzBackend:
     def save(self, sess, save_path, global_step=None, write_state=True, latest_filename=None) -> str:
         """Write ``SAVE_PATH-STEP.npz`` (``global_step``: a number, or a tensor/variable fetched
         in the same ``session.run`` as the values); returns its path."""
-        layouts = [self._layouts[key] for key in self._keys]
         extra = [] if global_step is None or isinstance(global_step, numbers.Number) else [global_step]
         checksum = self.checksum
-        fetched, arrays = self._ops.save.stream(sess, extra, lambda name, array: npz.prepare(name, array, checksum),
-                                                npz.prepare_rows)
-        if extra:
-            global_step = fetched[0]
-        path = self._path(os.fspath(save_path), global_step)
-        hold_directory(os.path.dirname(path))
-        npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
-                  array_info={lay.name: lay.info() for lay in layouts if lay.info()}, checksum=self.checksum)
+        # A save of thousands of small arrays makes as many manifest entries; with a large graph in
+        # memory, the collections they would trigger cost more than the save itself.
+        with no_garbage_collection():
+            fetched, arrays = self._ops.save.stream(
+                sess, extra, lambda name, array: npz.prepare(name, array, checksum), npz.prepare_rows)
+            if extra:
+                global_step = fetched[0]
+            path = self._path(os.fspath(save_path), global_step)
+            hold_directory(os.path.dirname(path))
+            npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
+                      array_info=self._ops.save.array_info, checksum=self.checksum)
         if path in self._kept:
             self._kept.remove(path)
         self._kept.append(path)

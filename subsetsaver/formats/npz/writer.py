@@ -35,6 +35,7 @@ from .format import (
     STORED_AS,
     ArrayEntry,
     Manifest,
+    entries_with_checksums,
     manifest_to_json,
     member_name,
     name_problem,
@@ -186,11 +187,10 @@ def _add_rows(zip_writer, item, index, used, names, entries, fragments) -> int:
     row_nbytes = item.rows.nbytes // len(item.names)
     layout = _rows_layout(item.names, index, used, header, row_nbytes, zip_writer)
     crcs = zip_writer.add_rows(layout, item.rows)
-    pieces = _row_fragments(layout, item.names, shape, item.true_dtype, stored, row_nbytes)
-    for name, member, crc, (before, after) in zip(item.names, layout.members, crcs, pieces):
-        checksum = f"{crc:08x}"
-        entries.append(ArrayEntry(name, member, shape, item.true_dtype, stored, row_nbytes, checksum, {}))
-        fragments.append(before + checksum + after)
+    templates, pieces = _row_templates(layout, item.names, shape, item.true_dtype, stored, row_nbytes)
+    checksums = [f"{crc:08x}" for crc in crcs]
+    entries.extend(entries_with_checksums(templates, checksums))
+    fragments.extend(before + checksum + after for (before, after), checksum in zip(pieces, checksums))
     return index + len(item.names)
 
 
@@ -208,22 +208,21 @@ def _rows_layout(names, index, used, header, row_nbytes, zip_writer):
 _row_members = {}  # (names, index of the first) -> their member names
 
 
-def _row_fragments(layout, names, shape, true_dtype, stored, row_nbytes):
-    """Per row, the JSON of its manifest entry before and after the checksum (cached per layout)."""
+def _row_templates(layout, names, shape, true_dtype, stored, row_nbytes):
+    """Per row, its manifest entry with no checksum, and the JSON of that entry before and after
+    the checksum; cached per layout."""
     key = (names, layout.members, shape, true_dtype)
     found = _fragments.get(key)
     if found is None:
-        found = []
-        for name, member in zip(names, layout.members):
-            text = _entry_json(ArrayEntry(name, member, shape, true_dtype, stored, row_nbytes, _MARK, {}))
-            before, after = text.split(json.dumps(_MARK)[1:-1])
-            found.append((before, after))
-        _fragments[key] = found
+        templates = [ArrayEntry(name, member, shape, true_dtype, stored, row_nbytes, _MARK, {})
+                     for name, member in zip(names, layout.members)]
+        marked = json.dumps(_MARK)[1:-1]
+        found = _fragments[key] = (templates, [tuple(_entry_json(entry).split(marked)) for entry in templates])
         evict_oldest(_fragments, keep=8)
     return found
 
 
-_fragments = {}
+_fragments = {}  # (names, members, shape, dtype) -> (entries, JSON around their checksums)
 _MARK = "\u0000checksum\u0000"  # never in a name (names have no control characters), escaped in JSON
 
 

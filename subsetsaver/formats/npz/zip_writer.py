@@ -65,7 +65,7 @@ class RowsLayout:
     stride: int
     template: bytes
     central: bytes
-    central_crc_at: tuple  # where each member's CRC sits in ``central``
+    central_crc_bytes: object  # numpy index array: the 4 bytes of each member's CRC in ``central``, in order
 
     @property
     def count(self) -> int:
@@ -93,8 +93,11 @@ def rows_layout(members, header, row_nbytes, start, force_zip64=False) -> RowsLa
         template += b"\0" * padding + header + b"\0" * (stride - local - len(header))
         crc_at.append(len(central) + _CENTRAL_CRC_AT)
         central += central_record(name, 0, size, start + index * stride, force_zip64)
+    import numpy as np
+
+    crc_bytes = (np.array(crc_at, dtype=np.intp)[:, None] + np.arange(4)).reshape(-1)
     layout = RowsLayout(tuple(members), header, zlib.crc32(header), row_nbytes, start, local, stride,
-                        bytes(template), bytes(central), tuple(crc_at))
+                        bytes(template), bytes(central), crc_bytes)
     _layouts[key] = layout
     evict_oldest(_layouts, keep=8)
     return layout
@@ -174,14 +177,14 @@ class ZipWriter:
         block[:, first:first + nbytes] = data
         flat, seed = memoryview(data.reshape(-1)), layout.header_crc
         crcs = [zlib.crc32(flat[i * nbytes:(i + 1) * nbytes], seed) for i in range(count)]
-        block[:, _LOCAL_CRC_AT:_LOCAL_CRC_AT + 4] = np.array(crcs, dtype="<u4").view(np.uint8).reshape(count, 4)
-        central = bytearray(layout.central)
-        for position, crc in zip(layout.central_crc_at, crcs):
-            struct.pack_into("<I", central, position, crc)
+        crc_bytes = np.array(crcs, dtype="<u4").view(np.uint8)
+        block[:, _LOCAL_CRC_AT:_LOCAL_CRC_AT + 4] = crc_bytes.reshape(count, 4)
+        central = np.frombuffer(bytearray(layout.central), dtype=np.uint8)
+        central[layout.central_crc_bytes] = crc_bytes
         self._flush()
         self._sink.write(memoryview(block.reshape(-1)))
         self.offset += block.nbytes
-        self._central.append(bytes(central))
+        self._central.append(central.tobytes())
         self._records += count
         return crcs
 
