@@ -430,3 +430,17 @@ def test_a_manifest_naming_one_array_twice_is_refused(good):
     edit_manifest(good, lambda m: m["arrays"][1].update(name=m["arrays"][0]["name"]))
     assert refusal(good) == (f"'{good}', member '__subsetsaver__.json': manifest lists array 'conv/w' twice; "
                              "the manifest was edited or damaged")
+
+
+def test_entries_copied_with_checksums_equal_entries_made_whole():
+    import dataclasses
+
+    from subsetsaver.formats.npz.format import entries_with_checksums
+
+    templates = [npzfile.ArrayEntry(f"a/{i}", f"a.{i}.npy", (2,), "float32", "<f4", 8, "", {}) for i in range(3)]
+    copies = entries_with_checksums(templates, ["0badf00d", "00000000", "ffffffff"])
+    assert copies == [dataclasses.replace(t, checksum=c) for t, c in zip(templates, ["0badf00d", "00000000", "ffffffff"])]
+    assert all(type(c) is npzfile.ArrayEntry for c in copies) and templates[0].checksum == ""
+    assert len({id(c.info) for c in copies} | {id(t.info) for t in templates}) == 6  # no info dict shared
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copies[0].checksum = "12345678"
