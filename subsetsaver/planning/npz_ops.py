@@ -28,7 +28,7 @@ import weakref
 
 from .. import tf_internals
 from ..errors import RestoreOpsMissingError
-from ..formats.npz import aligned_bytes, evict_oldest
+from ..formats.npz import evict_oldest, recycled_bytes
 from .npz_layout import joined, part_slices
 from .restore_ops import FeedAssignOps, feed_groups
 
@@ -259,7 +259,7 @@ class RestoreProgram:
         """The feed dict: every array read and checked (raises before returning anything on any problem)."""
         feeds, into = {}, {}
         for info, plan, direct in self.groups:
-            buffer = aligned_bytes(info["nbytes"] * info["count"])
+            buffer = recycled_bytes(info["nbytes"] * info["count"])  # TensorFlow keeps it; given back later
             if plan is not None:
                 archive.load_rows(plan, buffer.reshape(info["count"], info["nbytes"]))
             else:

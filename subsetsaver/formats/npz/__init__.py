@@ -20,7 +20,7 @@ Modules, each importing only those above it:
 
 - ``format``: constants, dtypes, :class:`ArrayEntry`, :class:`Manifest`, member names,
   ``.npy`` headers, the manifest's JSON schema;
-- ``memory``: aligned buffers and small bounded caches;
+- ``memory``: aligned buffers, recycled restore buffers and small bounded caches;
 - ``zip_writer``: the streaming zip writer, blocks of small arrays included;
 - ``writer``: :func:`write`, :func:`prepare`, :func:`prepare_rows`;
 - ``sources``: the bytes of a file being read (local, or remote in memory);
@@ -54,7 +54,7 @@ from .format import (
     name_problem,
     numpy_dtype,
 )
-from .memory import aligned_bytes, evict_oldest
+from .memory import aligned_bytes, evict_oldest, free_idle_buffers, recycled_bytes
 from .reader import Archive, read, read_manifest, verify
 from .writer import PreparedArray, PreparedRows, prepare, prepare_rows, write
 
@@ -77,11 +77,13 @@ __all__ = [
     "entry_spec",
     "evict_oldest",
     "finish_background_work",
+    "free_idle_buffers",
     "numpy_dtype",
     "prepare",
     "prepare_rows",
     "read",
     "read_manifest",
+    "recycled_bytes",
     "verify",
     "write",
     "write_bytes_atomically",

@@ -24,7 +24,7 @@ import hashlib
 import zlib
 
 CHUNK_BYTES = 8 << 20  # what one reader reads (and checksums) at a time
-READERS = 4  # reads in flight: I/O, not CPU, so more than the cores
+READERS = 8  # reads in flight: I/O, not CPU, so more than the cores
 
 _POLYNOMIAL = 0xEDB88320  # CRC-32 (zip, zlib), bits reflected
 

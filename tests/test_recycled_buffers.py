@@ -1,0 +1,106 @@
+"""Restore buffers recycled: a buffer's memory is reused only once nothing (TensorFlow included) uses
+it, so alternating restores stay bit-exact while the memory is not faulted in afresh each time."""
+
+import gc
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from subsetsaver import CorruptCheckpointError, portable
+from subsetsaver.formats.npz import memory
+
+v1 = tf.compat.v1
+MB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def no_idle_buffers():
+    memory.free_idle_buffers()
+    yield
+    memory.free_idle_buffers()
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def test_a_dropped_buffer_is_given_to_the_next_call_of_its_size():
+    first = memory.recycled_bytes(3 * MB)
+    first[:] = 7
+    where = address(first)
+    del first
+    again = memory.recycled_bytes(3 * MB)
+    assert address(again) == where and again.nbytes == 3 * MB and again.flags.writeable
+    other = memory.recycled_bytes(4 * MB)  # another size: a mapping of its own
+    assert address(other) != where and address(other) % 4096 == 0
+
+
+def test_a_buffer_is_not_reused_while_any_view_of_it_lives():
+    buffer = memory.recycled_bytes(3 * MB)
+    where = address(buffer)
+    kept = np.asarray(buffer.view(np.float32).reshape(3, -1)[1:])  # a plain array, as TensorFlow keeps a feed
+    del buffer
+    gc.collect()
+    second = memory.recycled_bytes(3 * MB)
+    assert address(second) != where
+    kept[...] = 1.5  # still its own memory: nothing else was handed it
+    second[:] = 0
+    assert float(kept.min()) == float(kept.max()) == 1.5
+    del kept
+    third = memory.recycled_bytes(3 * MB)
+    assert address(third) == where
+
+
+def test_free_idle_buffers_gives_the_memory_back_and_small_sizes_are_plain_arrays():
+    for size in (3 * MB, 5 * MB):
+        memory.recycled_bytes(size)  # dropped at once: idle
+    assert memory.free_idle_buffers() == 8 * MB
+    assert memory.free_idle_buffers() == 0
+    small = memory.recycled_bytes(4096)
+    assert type(small) is np.ndarray and address(small) % 64 == 0
+
+
+def test_only_the_newest_sizes_stay_idle():
+    sizes = [(3 + index) * MB for index in range(memory.IDLE_SIZES + 2)]
+    for size in sizes:
+        memory.recycled_bytes(size)
+    assert sorted(memory._idle) == sizes[2:]
+
+
+def test_alternating_restores_of_large_variables_stay_bit_exact(tmp_path, monkeypatch):
+    graph = tf.Graph()
+    with graph.as_default():
+        variables = [v1.get_variable(f"big/v{i}", [MB], initializer=v1.zeros_initializer()) for i in range(3)]
+        init = v1.global_variables_initializer()
+    rng = np.random.default_rng(5)
+    saved = {}
+    with v1.Session(graph=graph) as sess:
+        sess.run(init)
+        for label in ("a", "b"):
+            values = [rng.standard_normal(MB).astype(np.float32) for _ in variables]
+            for variable, value in zip(variables, values):
+                variable.load(value, sess)
+            saved[label] = values
+            portable.save_npz(sess, str(tmp_path / f"{label}.npz"))
+        made = []
+        monkeypatch.setattr(memory, "_mapping", lambda count, original=memory._mapping: made.append(count)
+                            or original(count))
+        for label in ("a", "b", "a", "a", "b", "a", "b", "b"):
+            portable.restore_npz(sess, str(tmp_path / f"{label}.npz"))
+            got = sess.run(variables)
+            assert all(g.tobytes() == s.tobytes() for g, s in zip(got, saved[label])), label
+        assert made == [3 * 4 * MB] * len(made) and len(made) <= 2  # the variables' own, and one to read into
+        held = sess.run(variables)
+        portable.restore_npz(sess, str(tmp_path / "a.npz"))
+        portable.restore_npz(sess, str(tmp_path / "b.npz"))
+        assert all(h.tobytes() == s.tobytes() for h, s in zip(held, saved["b"]))  # fetched values untouched
+        # A damaged file read into a recycled buffer must not reach variables that may use that memory.
+        damaged = bytearray((tmp_path / "a.npz").read_bytes())
+        damaged[damaged.index(saved["a"][2][1000:1002].tobytes())] ^= 0x10
+        (tmp_path / "damaged.npz").write_bytes(bytes(damaged))
+        for _ in range(3):
+            with pytest.raises(CorruptCheckpointError, match="checksum mismatch for array 'big/v2'"):
+                portable.restore_npz(sess, str(tmp_path / "damaged.npz"))
+            got = sess.run(variables)
+            assert all(g.tobytes() == s.tobytes() for g, s in zip(got, saved["b"]))
