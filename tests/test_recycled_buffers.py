@@ -61,11 +61,16 @@ def test_free_idle_buffers_gives_the_memory_back_and_small_sizes_are_plain_array
     assert type(small) is np.ndarray and address(small) % 64 == 0
 
 
-def test_only_the_newest_sizes_stay_idle():
-    sizes = [(3 + index) * MB for index in range(memory.IDLE_SIZES + 2)]
+def test_two_idle_buffers_of_a_size_and_four_in_all_are_kept():
+    first, second, third = (memory.recycled_bytes(3 * MB) for _ in range(3))
+    addresses = [address(buffer) for buffer in (first, second, third)]
+    del first, second, third  # three of one size go idle, in this order: the first is unmapped
+    assert [len(m) for m in memory._idle] == [3 * MB, 3 * MB]
+    assert address(memory.recycled_bytes(3 * MB)) == addresses[2]  # the newest first
+    sizes = [(4 + index) * MB for index in range(memory.IDLE_BUFFERS + 1)]
     for size in sizes:
         memory.recycled_bytes(size)
-    assert sorted(memory._idle) == sizes[2:]
+    assert [len(m) for m in memory._idle] == sizes[1:]
 
 
 def test_alternating_restores_of_large_variables_stay_bit_exact(tmp_path, monkeypatch):

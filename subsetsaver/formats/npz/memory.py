@@ -6,8 +6,9 @@ memory; the next restore's values replace them and TensorFlow lets the old ones 
 :func:`recycled_bytes` takes such a buffer back for the next restore of the same size
 instead of unmapping it, as TensorFlow's own allocator keeps the memory its Saver frees:
 memory faulted in afresh costs far more than reading the file on a virtual machine that
-hands freed memory back to its host. At most one idle buffer per size is kept, for the
-:data:`IDLE_SIZES` sizes used last; :func:`free_idle_buffers` unmaps them.
+hands freed memory back to its host. Idle buffers are marked free to the kernel, which
+takes their pages when it needs memory; :data:`IDLE_PER_SIZE` of one size and
+:data:`IDLE_BUFFERS` in all are kept, and :func:`free_idle_buffers` unmaps them.
 
 Example::
 
@@ -46,8 +47,9 @@ def aligned_bytes(count):
     return raw[start:start + count]
 
 
-IDLE_SIZES = 4  # sizes whose idle buffer is kept
-_idle = {}  # size -> an idle mapping of that size, oldest first
+IDLE_PER_SIZE = 2  # idle buffers kept of one size: the variables hold one, the next restore reads into another
+IDLE_BUFFERS = 4  # idle buffers kept in all, the oldest unmapped first
+_idle = []  # idle mappings, oldest first
 _idle_lock = threading.Lock()
 
 
@@ -68,7 +70,8 @@ def recycled_bytes(count):
     if count < _OWN_MAPPING_FROM or not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_bytes(count)
     with _idle_lock:
-        mapping = _idle.pop(count, None)
+        same = [i for i, idle in enumerate(_idle) if len(idle) == count]
+        mapping = _idle.pop(same[-1]) if same else None  # the newest: its pages are the likeliest kept
     if mapping is None:
         mapping = _mapping(count)
     buffer = np.frombuffer(mapping, dtype=np.uint8).view(_recycled_type())
@@ -95,16 +98,17 @@ def _keep_idle(mapping):
     if hasattr(mmap, "MADV_FREE"):  # the kernel may take the pages whenever it needs memory
         mapping.madvise(mmap.MADV_FREE)
     with _idle_lock:
-        _idle.pop(len(mapping), None)  # one idle buffer per size: the newest
-        _idle[len(mapping)] = mapping
-        while len(_idle) > IDLE_SIZES:
-            _idle.pop(next(iter(_idle)))
+        _idle.append(mapping)
+        same = [i for i, idle in enumerate(_idle) if len(idle) == len(mapping)]
+        if len(same) > IDLE_PER_SIZE:
+            del _idle[same[0]]
+        del _idle[:-IDLE_BUFFERS]
 
 
 def free_idle_buffers() -> int:
     """Unmap every idle restore buffer; returns the bytes given back."""
     with _idle_lock:
-        mappings = list(_idle.values())
+        mappings = list(_idle)
         _idle.clear()
     return sum(len(mapping) for mapping in mappings)
 
