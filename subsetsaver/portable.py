@@ -166,7 +166,7 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
         _, arrays = fetches.stream(
             sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
         npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
-                  array_info=fetches.array_info, checksum=checksum)
+                  array_info=fetches.array_info, checksum=checksum, describe=False)
     return path
 
 

@@ -88,7 +88,7 @@ class NpzBackend:
             path = self._path(os.fspath(save_path), global_step)
             hold_directory(os.path.dirname(path))
             npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
-                      array_info=self._ops.save.array_info, checksum=self.checksum)
+                      array_info=self._ops.save.array_info, checksum=self.checksum, describe=False)
         if path in self._kept:
             self._kept.remove(path)
         self._kept.append(path)

@@ -81,6 +81,9 @@ def prepare_rows(names, rows) -> PreparedRows:
     if names not in _checked_names:
         for name in names:
             _check_name(name)
+        if len(set(names)) != len(names):
+            twice = next(name for name in names if names.count(name) > 1)
+            raise ValueError(f"array {twice!r} is written twice; names must be unique")
         _checked_names[names] = True
         evict_oldest(_checked_names, keep=16)
     data, true_dtype = _storable(names[0] if names else "rows", rows)
@@ -106,7 +109,7 @@ def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
 
 
 def write(path, arrays, *, selector=None, metadata=None, array_info=None, checksum=DEFAULT_CHECKSUM,
-          _force_zip64=False) -> Manifest:
+          describe=True, _force_zip64=False) -> Manifest | None:
     """Write ``arrays`` to ``path`` atomically: a mapping (name -> numpy array, order kept), or an
     iterable of ``(name, array)`` pairs or :class:`PreparedArray` values, written as they come (one
     in memory at a time: nothing is gathered).
@@ -120,7 +123,9 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
 
     ``selector``: the selector text to record; ``metadata``: JSON for the whole file;
     ``array_info``: name -> JSON dict kept in that array's manifest entry. A mapping's arrays
-    are hashed in worker threads while earlier ones are written.
+    are hashed in worker threads while earlier ones are written. Returns the file's
+    :class:`Manifest`; ``describe=False`` returns None and skips making an entry object per
+    array of a block (a save of thousands of small variables that never looks at it).
 
     >>> write('model.npz', {'dense/w': np.ones((2, 3), np.float32)}).names
     ('dense/w',)
@@ -143,7 +148,7 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
         items, index = _prepared(arrays, checksum, pool, array_info), 0
         while (item := next(items, None)) is not None:  # not enumerate(): its tuple would keep the last array
             if isinstance(item, PreparedRows):
-                index = _add_rows(zip_writer, item, index, used, names, entries, fragments)
+                index = _add_rows(zip_writer, item, index, used, names, entries if describe else None, fragments)
             else:
                 if item.name in names:
                     raise ValueError(f"array {item.name!r} is written twice; names must be unique")
@@ -159,27 +164,28 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
                 index += 1
             del item  # a streamed array is let go once written
         _check_info(array_info, names)
-        manifest = Manifest(
+        head = Manifest(
             path=path,
-            arrays=tuple(entries),
+            arrays=(),
             selector=selector,
             metadata=dict(metadata or {}),
             versions=versions(),
             written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             checksum=checksum,
         )
-        text = _manifest_text(manifest, fragments)
+        text = _manifest_text(head, fragments)
         zip_writer.add(MANIFEST_MEMBER, (text,), len(text), zlib.crc32(text))
         zip_writer.finish()
-    return manifest
+    return dataclasses.replace(head, arrays=tuple(entries)) if describe else None
 
 
 def _add_rows(zip_writer, item, index, used, names, entries, fragments) -> int:
-    """Write a block of rows; returns the index of the next array."""
-    duplicated = names.intersection(item.names)
-    if duplicated or len(set(item.names)) != len(item.names):
-        name = min(duplicated) if duplicated else next(n for n in item.names if item.names.count(n) > 1)
-        raise ValueError(f"array {name!r} is written twice; names must be unique")
+    """Write a block of rows, their manifest text to ``fragments`` (one piece) and, unless
+    ``entries`` is None, their entries to it; returns the index of the next array."""
+    import numpy as np
+
+    if not names.isdisjoint(item.names):
+        raise ValueError(f"array {min(names.intersection(item.names))!r} is written twice; names must be unique")
     names.update(item.names)
     stored = STORED_AS[item.true_dtype]
     shape = tuple(int(d) for d in item.rows.shape[1:])
@@ -187,10 +193,14 @@ def _add_rows(zip_writer, item, index, used, names, entries, fragments) -> int:
     row_nbytes = item.rows.nbytes // len(item.names)
     layout = _rows_layout(item.names, index, used, header, row_nbytes, zip_writer)
     crcs = zip_writer.add_rows(layout, item.rows)
-    templates, pieces = _row_templates(layout, item.names, shape, item.true_dtype, stored, row_nbytes)
-    checksums = [f"{crc:08x}" for crc in crcs]
-    entries.extend(entries_with_checksums(templates, checksums))
-    fragments.extend(before + checksum + after for (before, after), checksum in zip(pieces, checksums))
+    block = _row_templates(layout, item.names, shape, item.true_dtype, stored, row_nbytes)
+    digits = _hex_digits(crcs)
+    text = np.frombuffer(bytearray(block.text), dtype=np.uint8)
+    text[block.checksum_bytes] = digits.reshape(-1)
+    fragments.append(text.tobytes().decode("ascii"))
+    if entries is not None:
+        hexes = digits.tobytes().decode("ascii")
+        entries.extend(entries_with_checksums(block.entries, [hexes[i:i + 8] for i in range(0, len(hexes), 8)]))
     return index + len(item.names)
 
 
@@ -208,21 +218,45 @@ def _rows_layout(names, index, used, header, row_nbytes, zip_writer):
 _row_members = {}  # (names, index of the first) -> their member names
 
 
-def _row_templates(layout, names, shape, true_dtype, stored, row_nbytes):
-    """Per row, its manifest entry with no checksum, and the JSON of that entry before and after
-    the checksum; cached per layout."""
+@dataclasses.dataclass(frozen=True)
+class _RowTemplates:
+    """A block's manifest entries with no checksum, and its manifest text (ASCII) with the
+    checksums as zeros at the ``checksum_bytes`` indices (8 per row, in order)."""
+
+    entries: list
+    text: bytes
+    checksum_bytes: object  # numpy index array
+
+
+def _row_templates(layout, names, shape, true_dtype, stored, row_nbytes) -> _RowTemplates:
+    """The templates of a block of rows, cached per layout."""
+    import numpy as np
+
     key = (names, layout.members, shape, true_dtype)
-    found = _fragments.get(key)
+    found = _templates.get(key)
     if found is None:
-        templates = [ArrayEntry(name, member, shape, true_dtype, stored, row_nbytes, _MARK, {})
-                     for name, member in zip(names, layout.members)]
-        marked = json.dumps(_MARK)[1:-1]
-        found = _fragments[key] = (templates, [tuple(_entry_json(entry).split(marked)) for entry in templates])
-        evict_oldest(_fragments, keep=8)
+        entries = [ArrayEntry(name, member, shape, true_dtype, stored, row_nbytes, _MARK, {})
+                   for name, member in zip(names, layout.members)]
+        pieces = ",".join(_entry_json(entry) for entry in entries).split(json.dumps(_MARK)[1:-1])
+        starts = np.cumsum([len(piece) for piece in pieces[:-1]]) + 8 * np.arange(len(entries))
+        found = _templates[key] = _RowTemplates(
+            entries, "00000000".join(pieces).encode("ascii"),  # json.dumps escapes all but ASCII
+            (starts[:, None] + np.arange(8)).reshape(-1))
+        evict_oldest(_templates, keep=8)
     return found
 
 
-_fragments = {}  # (names, members, shape, dtype) -> (entries, JSON around their checksums)
+_templates = {}  # (names, members, shape, dtype) -> _RowTemplates
+
+
+def _hex_digits(crcs):
+    """``[count, 8]`` uint8: the ASCII of ``f"{crc:08x}"`` for each of ``crcs`` (uint32)."""
+    import numpy as np
+
+    shifts = np.arange(28, -1, -4, dtype=np.uint32)
+    return np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[(crcs[:, None] >> shifts) & 0xF]
+
+
 _MARK = "\u0000checksum\u0000"  # never in a name (names have no control characters), escaped in JSON
 
 

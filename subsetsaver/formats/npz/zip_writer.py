@@ -163,9 +163,9 @@ class ZipWriter:
         self._central.append((encoded, crc, size, offset))
         self._records += 1
 
-    def add_rows(self, layout, rows) -> list:
+    def add_rows(self, layout, rows):
         """The members of ``layout`` (at the current offset), member ``i`` holding ``rows[i]`` (a
-        C-contiguous array of ``layout.count`` equal rows); returns their CRC-32s."""
+        C-contiguous array of ``layout.count`` equal rows); returns their CRC-32s (a uint32 array)."""
         import numpy as np
 
         if layout.start != self.offset:
@@ -177,7 +177,8 @@ class ZipWriter:
         block[:, first:first + nbytes] = data
         flat, seed = memoryview(data.reshape(-1)), layout.header_crc
         crcs = [zlib.crc32(flat[i * nbytes:(i + 1) * nbytes], seed) for i in range(count)]
-        crc_bytes = np.array(crcs, dtype="<u4").view(np.uint8)
+        crcs = np.array(crcs, dtype="<u4")
+        crc_bytes = crcs.view(np.uint8)
         block[:, _LOCAL_CRC_AT:_LOCAL_CRC_AT + 4] = crc_bytes.reshape(count, 4)
         central = np.frombuffer(bytearray(layout.central), dtype=np.uint8)
         central[layout.central_crc_bytes] = crc_bytes
