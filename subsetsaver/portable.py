@@ -28,7 +28,6 @@ import os
 import weakref
 
 from . import catalog as catalog_module
-from .catalog.dataflow import no_garbage_collection
 from .errors import CheckpointMismatchError
 from .formats import npz
 from .formats.npz import entry_spec, evict_oldest
@@ -162,11 +161,10 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     check_storable(layouts)
     fetches = save_fetches_for(graph, layouts)
     path = os.fspath(path)
-    with no_garbage_collection():  # thousands of small arrays make as many entries (see NpzBackend.save)
-        _, arrays = fetches.stream(
-            sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
-        npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"},
-                  array_info=fetches.array_info, checksum=checksum, describe=False)
+    _, arrays = fetches.stream(
+        sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
+    npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"}, array_info=fetches.array_info,
+              checksum=checksum, describe=False)
     return path
 
 

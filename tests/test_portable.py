@@ -388,31 +388,6 @@ def test_string_variables_get_a_clear_error(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_saves_pause_garbage_collection_only_while_they_run(tmp_path, monkeypatch):
-    import gc
-
-    from subsetsaver.formats.npz import writer
-
-    built = small_cnn()
-    sess = initialized_session(built)
-    seen = []
-    original = writer.ZipWriter.finish
-    monkeypatch.setattr(writer.ZipWriter, "finish", lambda self: (seen.append(gc.isenabled()), original(self)))
-    portable.save_npz(sess, str(tmp_path / "a.npz"))
-    plan = ss.plan(ss.everything(), built.graph, backend="npz")
-    plan.save(sess, str(tmp_path / "p"))
-    assert seen == [False, False] and gc.isenabled()
-    with pytest.raises(ss.CheckpointNotFoundError):
-        portable.save_npz(sess, str(tmp_path / "missing" / "a.npz"))
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        portable.save_npz(sess, str(tmp_path / "b.npz"))
-        assert not gc.isenabled()  # left as the caller had it
-    finally:
-        gc.enable()
-
-
 def test_ram_filesystem_save_and_restore():
     built = small_cnn()
     sess = initialized_session(built)

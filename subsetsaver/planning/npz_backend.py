@@ -18,7 +18,6 @@ import numbers
 import os
 import re
 
-from ..catalog.dataflow import no_garbage_collection
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
 from ..formats import npz, npz_state
 from ..formats.atomic import remove_abandoned
@@ -78,17 +77,14 @@ class NpzBackend:
         in the same ``session.run`` as the values); returns its path."""
         extra = [] if global_step is None or isinstance(global_step, numbers.Number) else [global_step]
         checksum = self.checksum
-        # A save of thousands of small arrays makes as many manifest entries; with a large graph in
-        # memory, the collections they would trigger cost more than the save itself.
-        with no_garbage_collection():
-            fetched, arrays = self._ops.save.stream(
-                sess, extra, lambda name, array: npz.prepare(name, array, checksum), npz.prepare_rows)
-            if extra:
-                global_step = fetched[0]
-            path = self._path(os.fspath(save_path), global_step)
-            hold_directory(os.path.dirname(path))
-            npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
-                      array_info=self._ops.save.array_info, checksum=self.checksum, describe=False)
+        fetched, arrays = self._ops.save.stream(sess, extra, lambda name, array: npz.prepare(name, array, checksum),
+                                                npz.prepare_rows)
+        if extra:
+            global_step = fetched[0]
+        path = self._path(os.fspath(save_path), global_step)
+        hold_directory(os.path.dirname(path))
+        npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
+                  array_info=self._ops.save.array_info, checksum=self.checksum, describe=False)
         if path in self._kept:
             self._kept.remove(path)
         self._kept.append(path)
