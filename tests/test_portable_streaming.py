@@ -217,6 +217,8 @@ def test_a_write_that_describes_nothing_writes_the_same_file(tmp_path):
 
     described = npzfile.write(str(tmp_path / "a.npz"), items())
     assert npzfile.write(str(tmp_path / "b.npz"), items(), describe=False) is None
+    empty = npzfile.prepare_rows((), np.zeros((0, 2), np.float32))  # a block of no rows adds nothing
+    assert npzfile.write(str(tmp_path / "c.npz"), iter([empty, ("x", np.ones(1))])).names == ("x",)
     read_back = npzfile.read_manifest(str(tmp_path / "b.npz"))
     assert read_back.arrays == described.arrays
     assert dataclasses.replace(read_back, path="", written=None) == dataclasses.replace(described, path="",

@@ -184,6 +184,8 @@ def _add_rows(zip_writer, item, index, used, names, entries, fragments) -> int:
     ``entries`` is None, their entries to it; returns the index of the next array."""
     import numpy as np
 
+    if not item.names:
+        return index
     if not names.isdisjoint(item.names):
         raise ValueError(f"array {min(names.intersection(item.names))!r} is written twice; names must be unique")
     names.update(item.names)
