@@ -64,6 +64,8 @@ def zipfile_of(path):
     import io
     import zipfile
 
+    if not path.startswith("ram://"):
+        return zipfile.ZipFile(path)
     import tensorflow as tf  # ram:// files live in TensorFlow's memory filesystem
 
     with tf.io.gfile.GFile(path, "rb") as handle:

@@ -273,8 +273,8 @@ class RestoreProgram:
         return feeds
 
 
-# graph -> {key: NpzOps or SaveFetches}, key ((file name, id of first part), ...) and ("save", key);
-# weak, so graphs can be collected.
+# graph -> {key: NpzOps, ("save", key): SaveFetches, (kind, id of a layout list): (list, either)}, key
+# ((file name, id of first part), ...); weak, so graphs can be collected.
 _ops_by_graph = weakref.WeakKeyDictionary()
 _build_lock = threading.RLock()
 
@@ -284,10 +284,9 @@ def ops_for(graph, layouts, *, build=True):
     first use unless the graph is finalized."""
     # File name and variable: a plan's remap may store variable 'b' under the name 'a'. The cached
     # NpzOps holds the variables, so their ids stay theirs.
-    cache = _ops_by_graph.get(graph)
-    known = cache.get(id(layouts)) if cache else None  # the same (cached) list again: skip the key
-    if known is not None and known[0] is layouts:
-        return known[1]
+    known = _known_for_list(graph, "ops", layouts)
+    if known is not None:
+        return known
     key = _key(layouts)
     with _build_lock:
         cache = _ops_by_graph.setdefault(graph, {})
@@ -302,18 +301,17 @@ def ops_for(graph, layouts, *, build=True):
                     "(or build ss.plan(sel, graph, backend='npz')) before graph.finalize()"
                 )
             ops = cache[key] = NpzOps(graph, layouts, save=cache.get(("save", key)))
-        if ops is not None and isinstance(layouts, list):
-            cache[id(layouts)] = (layouts, ops)
+        if ops is not None:
+            _remember_for_list(cache, "ops", layouts, ops)
         return ops
 
 
 def save_fetches_for(graph, layouts) -> SaveFetches:
     """What a save of these layouts fetches: the NpzOps' when restore ops exist, else save fetches
     alone (a save never builds restore ops), built once; without new ops in a finalized graph."""
-    cache = _ops_by_graph.get(graph)
-    known = cache.get(("save", id(layouts))) if cache else None  # the same (cached) list again: skip the key
-    if known is not None and known[0] is layouts:
-        return known[1]
+    known = _known_for_list(graph, "save", layouts)
+    if known is not None:
+        return known
     key = _key(layouts)
     with _build_lock:
         cache = _ops_by_graph.setdefault(graph, {})
@@ -327,9 +325,21 @@ def save_fetches_for(graph, layouts) -> SaveFetches:
                 if graph.finalized:
                     return fetches
                 cache[("save", key)] = fetches
-        if isinstance(layouts, list):
-            cache[("save", id(layouts))] = (layouts, fetches)
+        _remember_for_list(cache, "save", layouts, fetches)
         return fetches
+
+
+def _known_for_list(graph, kind, layouts):
+    """What ``kind`` ('ops' or 'save') was cached for this very list of layouts (the portable API
+    passes its cached list again), without computing the key of every layout; else None."""
+    cache = _ops_by_graph.get(graph)
+    known = cache.get((kind, id(layouts))) if cache else None
+    return known[1] if known is not None and known[0] is layouts else None
+
+
+def _remember_for_list(cache, kind, layouts, value):
+    if isinstance(layouts, list):  # the list is kept with it, so its id stays its own
+        cache[(kind, id(layouts))] = (layouts, value)
 
 
 def _key(layouts):
