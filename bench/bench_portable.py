@@ -128,15 +128,15 @@ def _fsync_checkpoint(prefix):
 
 class _without_fsync:
     """Make our saves skip every fsync (file, directory, and the background fdatasyncs) for some measurements:
-    ``os.fsync``, ``os.fdatasync`` and ``atomic.fsync_directory`` are no-ops in this process until exit."""
+    ``os.fsync``, ``os.fdatasync`` and ``local_files.fsync_directory`` are no-ops in this process until exit."""
 
     def __enter__(self):
-        from subsetsaver.formats import atomic
+        from subsetsaver.formats import local_files
 
         def skipped(_):
             return None
 
-        self._patched = [(os, "fsync"), (os, "fdatasync"), (atomic, "fsync_directory")]
+        self._patched = [(os, "fsync"), (os, "fdatasync"), (local_files, "fsync_directory")]
         self._saved = [getattr(owner, name) for owner, name in self._patched]
         for owner, name in self._patched:
             setattr(owner, name, skipped)

@@ -61,9 +61,9 @@ def alternating(ours, theirs, runs=RUNS, *, before=None):
 def cold():
     """Before a cold run: our background work finished, dirty pages written, the page cache
     dropped (when this process may), then :data:`PAUSE` seconds idle."""
-    from subsetsaver.formats import atomic
+    from subsetsaver.formats import storage
 
-    atomic.finish_background_work()
+    storage.finish_background_work()
     os.sync()
     try:
         with open("/proc/sys/vm/drop_caches", "w") as handle:
@@ -76,9 +76,9 @@ def cold():
 def warm():
     """Before a warm run: our background work finished and dirty pages written (so no side's fsync
     waits for the other's writeback), the page cache and memory left as the last run left them."""
-    from subsetsaver.formats import atomic
+    from subsetsaver.formats import storage
 
-    atomic.finish_background_work()
+    storage.finish_background_work()
     os.sync()
 
 

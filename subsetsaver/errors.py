@@ -8,6 +8,7 @@ Example::
         print(error)
 """
 
+import dataclasses
 import re
 import unicodedata
 
@@ -15,8 +16,49 @@ EXCERPT_WIDTH = 70
 """Most display columns of selector text a syntax error shows around its caret."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """One remedy, as the argument of a call: ``Fix('overwrite', True, 'to replace it')`` reads
+    ``pass overwrite=True to replace it``. The command line shows the same remedy as the flag
+    that sets that argument (``pass --force to replace it``), or leaves it out when the command
+    has no such flag.
+
+    >>> str(Fix('on_mismatch', 'initialize', 'to initialize them instead'))
+    "pass on_mismatch='initialize' to initialize them instead"
+    """
+
+    argument: str
+    value: object = True
+    purpose: str = ""
+
+    def __str__(self):
+        return self.render(f"{self.argument}={self.value!r}")
+
+    def render(self, setting) -> str:
+        """The remedy with ``setting`` (an argument or a flag) as the thing to pass."""
+        return f"pass {setting} {self.purpose}".rstrip()
+
+
 class SubsetSaverError(Exception):
-    """Root of every error subsetsaver raises on purpose."""
+    """Root of every error subsetsaver raises on purpose.
+
+    ``reason``: what went wrong; ``fixes``: the remedies as :class:`Fix` values (the message
+    ends with them, worded as arguments); ``path``: the file or directory at fault, if any.
+
+    >>> str(SubsetSaverError("checkpoint 'out' exists", fixes=[Fix('overwrite', True, 'to replace it')]))
+    "checkpoint 'out' exists; pass overwrite=True to replace it"
+    """
+
+    def __init__(self, message="", *args, fixes=(), path=None):
+        self.reason = message
+        self.fixes = tuple(fixes)
+        self.path = path
+        super().__init__(with_fixes(message, [str(fix) for fix in self.fixes]), *args)
+
+
+def with_fixes(reason, remedies) -> str:
+    """``reason``, then each remedy after a semicolon."""
+    return "; ".join([reason, *remedies]) if remedies else reason
 
 
 class SelectorSyntaxError(SubsetSaverError, ValueError):
@@ -29,12 +71,10 @@ class SelectorSyntaxError(SubsetSaverError, ValueError):
     """
 
     def __init__(self, message, text="", column=0):
+        super().__init__(f"{message}\n{excerpt(text, column)}" if text else message)
         self.text = text
         self.column = column
         self.reason = message
-        if text:
-            message = f"{message}\n{excerpt(text, column)}"
-        super().__init__(message)
 
 
 def excerpt(text, column, width=EXCERPT_WIDTH) -> str:
@@ -124,8 +164,16 @@ class UninitializedVariablesError(SubsetSaverError, RuntimeError):
 
 
 class CheckpointWriteError(SubsetSaverError, OSError):
-    """A save could not be written (disk full, no permission, ...); nothing partial was left under the
-    final name and the previous checkpoint is untouched. ``errno`` is the cause's, when known."""
+    """A save could not be written (disk full, no permission, another writer, ...); nothing partial was
+    left under the final name and the previous checkpoint is untouched. ``errno`` is the cause's, when known."""
+
+
+class OutputExistsError(SubsetSaverError, FileExistsError):
+    """A command would replace a checkpoint or file that is there, and was not told to."""
+
+
+class UnknownFormatError(SubsetSaverError, ValueError):
+    """A path whose checkpoint format no registered format recognises, or a format name that is not registered."""
 
 
 class UnsupportedDtypeError(SubsetSaverError, TypeError):

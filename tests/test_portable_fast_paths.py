@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import subsetsaver as ss
 from subsetsaver import portable
-from subsetsaver.formats import atomic
+from subsetsaver.formats import local_files
 from subsetsaver.formats import npz as npzfile
 from subsetsaver.formats.npz import format as npz_format
 from subsetsaver.formats.npz import rows as npz_rows
@@ -296,7 +296,7 @@ def open_descriptors():
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through Linux /proc")
 def test_a_replaced_file_is_closed_in_the_background_and_the_new_one_is_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(local_files, "_RELEASE_IN_BACKGROUND", 1)
     path = str(tmp_path / "m.npz")
     npzfile.write(path, {"w": np.arange(1000, dtype=np.float32)})
     npzfile.finish_background_work()
@@ -312,7 +312,7 @@ def test_a_replaced_file_is_closed_in_the_background_and_the_new_one_is_whole(tm
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through Linux /proc")
 def test_a_failed_rename_closes_the_held_file_and_keeps_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(local_files, "_RELEASE_IN_BACKGROUND", 1)
     path = str(tmp_path / "m.npz")
     npzfile.write(path, {"w": np.ones(10, np.float32)})
     npzfile.finish_background_work()
@@ -331,7 +331,7 @@ def test_a_failed_rename_closes_the_held_file_and_keeps_it(tmp_path, monkeypatch
 
 
 def test_a_symbolic_link_target_is_replaced_by_the_file_not_held(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(local_files, "_RELEASE_IN_BACKGROUND", 1)
     real = tmp_path / "real.npz"
     npzfile.write(str(real), {"w": np.ones(3, np.float32)})
     link = tmp_path / "link.npz"

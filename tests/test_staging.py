@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver.formats import atomic as files
+from subsetsaver.formats import local_files as files
 from subsetsaver.formats import subset_manifest as manifest_module
 from subsetsaver.planning import staging
 

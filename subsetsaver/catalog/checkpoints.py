@@ -25,7 +25,7 @@ import json
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import npz, paths, safetensors_file, tf_bundle, tf_object_graph, tf_state
+from ..formats import npz, safetensors_file, storage, tf_bundle, tf_object_graph, tf_state
 from .records import Catalog, CatalogEntry, value_bytes
 from .roles import Roles, roles_from_object_graph
 
@@ -39,7 +39,7 @@ def checkpoint_prefix(path) -> str:
     error that names them, never "no checkpoint".
     """
     path = os.fspath(path)
-    if paths.is_directory(path):
+    if storage.is_directory(path):
         latest = tf_state.latest_checkpoint(path)
         if latest is None:
             raise unlisted_checkpoints_error(path) or CheckpointNotFoundError(
@@ -51,7 +51,7 @@ def checkpoint_prefix(path) -> str:
             path = path[: -len(suffix)]
     if ".data-" in path.rsplit("/", 1)[-1]:
         path = path[: path.rindex(".data-")]
-    if not paths.exists(path + ".index"):
+    if not storage.exists(path + ".index"):
         raise CheckpointNotFoundError(f"no checkpoint at '{path}' (expected '{path}.index')")
     return path
 
@@ -161,7 +161,7 @@ def _checked_reader(prefix):
     so that a damaged index is named before a missing file."""
     reader = tf_bundle.BundleReader(prefix, require_data_files=False)
     missing = [path for path in (tf_bundle.data_path(prefix, shard, reader.num_shards)
-                                 for shard in range(reader.num_shards)) if not paths.exists(path)]
+                                 for shard in range(reader.num_shards)) if not storage.exists(path)]
     if missing:
         reader.close()
         raise CorruptCheckpointError(

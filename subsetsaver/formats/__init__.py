@@ -1,13 +1,12 @@
 """Checkpoint files and durable writes: the bottom floor, with no TensorFlow graph code.
 
-- ``atomic``: the one place files are replaced: atomic and durable writes (temporary
-  name beside the target, fsync, rename, fsync of the directory; ``tf.io.gfile`` for
-  ``gs://`` and other schemes), temporary names that say who wrote them, and the
-  removal of what killed writers left.
+- ``storage``: the file layer: every file question (exists, list, ranged reads, atomic
+  writes, rename, remove, the writer lock) for local paths and URLs, answered by one
+  backend per scheme: ``local_files`` (the operating system; durable writes, ``flock``),
+  ``remote_storage`` (buckets through fsspec), ``gfile_files`` (schemes only TensorFlow serves).
 - ``npz``: the portable ``.npz`` checkpoint format (a package: format, writer, reader, ...).
 - ``npz_state``: ``checkpoint_npz.json``, the state file of a directory of portable
   checkpoints (the latest file, the kept ones).
-- ``paths``: file-system questions (exists, list, read) for local paths and ``tf.io.gfile`` ones.
 - ``safetensors_file``: safetensors files (through the ``safetensors`` package), for PyTorch and JAX.
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
 - ``tf_bundle``: TensorFlow's checkpoint files (tensor bundles: ``.index`` and ``.data-*``),
@@ -17,12 +16,11 @@
   key, object path and recorded full name; optimizers' slots, counters and hyperparameters.
 - ``tf_index``: the check of a TensorFlow checkpoint's declared tensor sizes against its
   files, before TensorFlow allocates them (on top of ``tf_bundle``).
-- ``writer_lock``: one writing process per checkpoint directory (an advisory lock on it).
 - ``tf_state``: the ``checkpoint`` state file a TensorFlow Saver keeps (read and written
   without TensorFlow), and the checkpoints of a directory that no state file names.
 
 These modules import only ``subsetsaver.errors``, ``subsetsaver.version`` and each other
-(TensorFlow only lazily, for non-local paths). Other rooms import them by name
+(TensorFlow only lazily, for ``ram://`` paths). Other rooms import them by name
 (``from subsetsaver.formats import npz``).
 
 Example::
@@ -33,5 +31,5 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["atomic", "npz", "npz_state", "paths", "safetensors_file", "subset_manifest", "tf_bundle", "tf_index",
-           "tf_object_graph", "tf_state", "writer_lock"]
+__all__ = ["gfile_files", "local_files", "npz", "npz_state", "safetensors_file", "storage", "subset_manifest",
+           "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]

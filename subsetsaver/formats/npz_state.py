@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 
-from . import atomic
+from . import storage
 
 STATE_FILENAME = "checkpoint_npz.json"
 STATE_FORMAT = "subsetsaver.npz-state"
@@ -47,8 +47,9 @@ def read_state(path) -> NpzState | None:
     bare names are left out.
     """
     path = os.fspath(path)
-    data = _read_head(path) if atomic.is_local(path) else _read_remote_head(path)
-    if data is None:
+    try:
+        data = storage.read_bytes(path, _MAX_STATE_BYTES)
+    except OSError:
         return None
     try:
         state = json.loads(data.decode("utf-8"))
@@ -70,26 +71,4 @@ def write_state(path, latest, kept) -> None:
     >>> write_state(os.path.join(directory, STATE_FILENAME), 'model-200.npz', ['model-200.npz'])
     """
     text = json.dumps({"format": STATE_FORMAT, "latest": latest, "kept": list(kept)}, indent=1) + "\n"
-    atomic.write_bytes(path, text.encode("utf-8"))
-
-
-def _read_head(path) -> bytes | None:
-    """The first ``_MAX_STATE_BYTES`` of a local file, or None when it cannot be read."""
-    try:
-        with open(atomic.local_path(path), "rb") as handle:
-            return handle.read(_MAX_STATE_BYTES)
-    except OSError:
-        return None
-
-
-def _read_remote_head(path) -> bytes | None:
-    """The first ``_MAX_STATE_BYTES`` of a file on a TensorFlow filesystem, or None."""
-    import tensorflow as tf
-
-    try:
-        if not tf.io.gfile.exists(path):
-            return None
-        with tf.io.gfile.GFile(path, "rb") as handle:
-            return handle.read(_MAX_STATE_BYTES)
-    except tf.errors.OpError:
-        return None
+    storage.write_bytes(path, text.encode("utf-8"))

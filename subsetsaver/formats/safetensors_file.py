@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError, UnsupportedDtypeError
-from . import atomic
+from . import storage
 
 # safetensors dtype codes -> numpy dtype names (bfloat16 and float8 through ml_dtypes)
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
@@ -65,7 +65,7 @@ def write(path, arrays, metadata=None) -> str:
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise CheckpointNotFoundError(f"cannot write '{path}': directory '{directory}' does not exist; create it first")
-    temporary = atomic.temporary_name(path)
+    temporary = storage.temporary_name(path)
     try:
         save_file({name: np.ascontiguousarray(array) for name, array in arrays.items()}, temporary,
                   metadata={str(key): str(value) for key, value in (metadata or {}).items()})
@@ -76,7 +76,7 @@ def write(path, arrays, metadata=None) -> str:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
-    atomic.fsync_directory(directory)
+    storage.fsync_directory(directory)
     return path
 
 

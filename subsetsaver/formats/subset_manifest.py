@@ -4,7 +4,7 @@
 the checkpoint, shape, dtype, bytes), the names left to initialization, and the library
 and TensorFlow versions. ``inspect``, a later restore and users read it to tell a
 trainable-only checkpoint from a full one without opening the data. It is written
-atomically (:func:`subsetsaver.formats.atomic.write_bytes`), so a reader never sees half a
+atomically (:func:`subsetsaver.formats.storage.write_bytes`), so a reader never sees half a
 manifest.
 
 Example::
@@ -23,7 +23,7 @@ import os
 
 from ..errors import CorruptCheckpointError
 from ..version import versions
-from . import atomic, paths
+from . import storage
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
@@ -68,7 +68,7 @@ def write_manifest(prefix, content: dict) -> str:
     content.setdefault("checkpoint", os.path.basename(os.fspath(prefix)))
     content.setdefault("written", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     path = manifest_path(prefix)
-    atomic.write_bytes(path, (json.dumps(content, indent=1) + "\n").encode("utf-8"))
+    storage.write_bytes(path, (json.dumps(content, indent=1) + "\n").encode("utf-8"))
     return path
 
 
@@ -76,7 +76,7 @@ def read_manifest(prefix) -> dict | None:
     """The manifest beside ``prefix``, or None when there is none."""
     path = manifest_path(prefix)
     try:
-        data = paths.read_bytes(path, MAX_MANIFEST_BYTES)
+        data = storage.read_bytes(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None
     try:
@@ -90,4 +90,4 @@ def read_manifest(prefix) -> dict | None:
 
 def remove_manifest(prefix) -> None:
     """Delete the manifest beside ``prefix`` if there is one (e.g. after the Saver retired it)."""
-    paths.remove(manifest_path(prefix))
+    storage.remove(manifest_path(prefix))

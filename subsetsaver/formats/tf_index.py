@@ -16,8 +16,8 @@ Example::
 
 from __future__ import annotations
 
+from . import storage
 from .tf_bundle import BundleReader
-from .tf_bundle.files import whole_file
 
 
 def check_declared_sizes(prefix) -> None:
@@ -36,4 +36,4 @@ def check_declared_sizes(prefix) -> None:
 
 def file_bytes(path) -> bytes:
     """The bytes of the file at ``path`` (local, or through ``tf.io.gfile`` for other schemes)."""
-    return whole_file(path)
+    return storage.read_bytes(path)

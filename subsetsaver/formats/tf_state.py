@@ -27,10 +27,10 @@ import dataclasses
 import os
 import re
 
-from . import atomic, paths
+from . import storage
 
 STATE_FILENAME = "checkpoint"
-TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (formats.atomic)
+TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (formats.local_files)
 MAX_STATE_BYTES = 1 << 20
 _FIELD = re.compile(r'^\s*(\w+)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')
 
@@ -48,7 +48,7 @@ def read_state(directory, filename=STATE_FILENAME) -> CheckpointState | None:
     """The state file of ``directory``, or None when it is missing, unreadable or names nothing."""
     path = _join(directory, filename)
     try:
-        data = paths.read_bytes(path, MAX_STATE_BYTES)
+        data = storage.read_bytes(path, MAX_STATE_BYTES)
     except OSError:
         return None
     fields = {"model_checkpoint_path": [], "all_model_checkpoint_paths": []}
@@ -66,7 +66,7 @@ def read_state(directory, filename=STATE_FILENAME) -> CheckpointState | None:
 def latest_checkpoint(directory, filename=STATE_FILENAME):
     """The latest prefix the state file names, if its ``.index`` exists (``tf.train.latest_checkpoint``)."""
     state = read_state(directory, filename)
-    if state is None or not paths.exists(state.latest + ".index"):
+    if state is None or not storage.exists(state.latest + ".index"):
         return None
     return state.latest
 
@@ -78,7 +78,7 @@ def write_state(directory, latest, kept=(), filename=STATE_FILENAME) -> None:
     kept.append(latest)
     lines = [f'model_checkpoint_path: "{_escape(_relative(directory, latest))}"']
     lines += [f'all_model_checkpoint_paths: "{_escape(_relative(directory, path))}"' for path in kept]
-    atomic.write_bytes(_join(directory, filename), ("\n".join(lines) + "\n").encode("utf-8"))
+    storage.write_bytes(_join(directory, filename), ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def name_latest(prefix, filename=STATE_FILENAME) -> None:
@@ -98,7 +98,7 @@ def unlisted_checkpoints(directory) -> list:
     """Prefixes of the checkpoints (``*.index``) in ``directory``, sorted; for saying what a missing
     state file leaves unnamed."""
     try:
-        names = paths.list_directory(directory)
+        names = storage.list_directory(directory)
     except OSError:
         return []
     return sorted(_join(directory, name[:-len(".index")]) for name in names

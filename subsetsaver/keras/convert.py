@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CorruptCheckpointError
-from ..formats import atomic, tf_state
+from ..formats import storage, tf_state
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_path
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
@@ -89,7 +89,7 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
     model, optimizer = built_model(builder, label)
     report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
-    target = atomic.temporary_name(atomic.local_path(output)) if atomic.is_local(output) else output
+    target = storage.temporary_name(storage.local_path(output)) if storage.is_local(output) else output
     try:
         written = _write(model, optimizer, target)
         out, verified = _verify(source, written, report, output)
@@ -215,9 +215,9 @@ def _existing(prefix) -> list:
 def _refuse_output(output, source, overwrite):
     if os.path.abspath(output) == os.path.abspath(source):
         raise ValueError(f"output '{output}' is the source checkpoint '{source}'; write to a new prefix")
-    if not atomic.is_local(output):
+    if not storage.is_local(output):
         return
-    local = atomic.local_path(output)
+    local = storage.local_path(output)
     if os.path.isdir(local):
         raise IsADirectoryError(f"output '{output}' is a directory; name a checkpoint prefix such as '{output}/ckpt'")
     existing = _existing(local)
@@ -231,8 +231,8 @@ def _write(model, optimizer, prefix) -> str:
 
     trackables = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer}
     parent = os.path.dirname(prefix)
-    if parent and atomic.is_local(prefix):
-        os.makedirs(atomic.local_path(parent), exist_ok=True)
+    if parent and storage.is_local(prefix):
+        os.makedirs(storage.local_path(parent), exist_ok=True)
     return tf.train.Checkpoint(**trackables).write(prefix)
 
 
@@ -275,7 +275,7 @@ def _difference(got, expected, counter=False) -> str:
 
 
 def _files(prefix) -> list:
-    return _existing(atomic.local_path(prefix))
+    return _existing(storage.local_path(prefix))
 
 
 def _remove_checkpoint(prefix):
@@ -287,7 +287,7 @@ def _remove_checkpoint(prefix):
 def _rename_checkpoint(temporary, output):
     """Put the verified files in place: the old ``.index`` goes first and the new one comes last, so a
     reader in between finds no checkpoint rather than an old index over new data."""
-    local = atomic.local_path(output)
+    local = storage.local_path(output)
     with contextlib.suppress(FileNotFoundError):
         os.remove(local + ".index")
     moved = set()
@@ -301,4 +301,4 @@ def _rename_checkpoint(temporary, output):
         if stale not in moved and not stale.endswith(".index"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(stale)
-    atomic.fsync_directory(os.path.dirname(local))
+    storage.fsync_directory(os.path.dirname(local))

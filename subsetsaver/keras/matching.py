@@ -27,7 +27,7 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
-from ..formats import paths
+from ..formats import storage
 from ..planning import Problem, checkpoint_names, compare_contents, suggest_remap
 from .checkpoint_side import slot_kind
 
@@ -138,7 +138,7 @@ def checkpoint_order(view, order) -> tuple:
         return list(order), "the order passed"
     if order is None:
         meta = view.path + ".meta"
-        if catalog_module.file_format(view.path) != "name" or not paths.exists(meta):
+        if catalog_module.file_format(view.path) != "name" or not storage.exists(meta):
             raise ValueError(
                 f"match='order' needs the order in which the graph created the variables, which checkpoint "
                 f"'{view.path}' does not record (it stores names sorted) and no '{meta}' is beside it; pass "

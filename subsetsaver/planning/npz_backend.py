@@ -20,9 +20,8 @@ import re
 
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
 from ..formats import npz, npz_state
-from ..formats.atomic import remove_abandoned
 from ..formats.npz import entry_spec
-from ..formats.writer_lock import hold_directory
+from ..formats.storage import hold_directory, remove_abandoned
 from .npz_layout import check_storable, compare_with_manifest, layout_of
 from .npz_ops import ops_for
 from .reports import describe_all

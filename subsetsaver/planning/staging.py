@@ -35,8 +35,7 @@ import os
 import shutil
 
 from .. import tf_internals
-from ..formats.atomic import fsync_directory, remove_abandoned, temporary_name
-from ..formats.writer_lock import hold_directory
+from ..formats.storage import fsync_directory, hold_directory, remove_abandoned, temporary_name
 
 
 @functools.lru_cache(maxsize=None)

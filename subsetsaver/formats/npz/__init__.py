@@ -38,8 +38,8 @@ Example::
 """
 
 from ...errors import UnsupportedDtypeError
-from ..atomic import finish_background_work
-from ..atomic import write_bytes as write_bytes_atomically  # the name earlier callers use
+from ..storage import finish_background_work
+from ..storage import write_bytes as write_bytes_atomically  # the name earlier callers use
 from .format import (
     ALIGNMENT,
     CHECKSUMS,

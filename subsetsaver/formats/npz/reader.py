@@ -39,7 +39,7 @@ from .format import (
 from .memory import aligned_bytes, evict_oldest
 from .parallel_read import ParallelReads, sha256_hex
 from .rows import RowPlan
-from .sources import MemorySource, open_source
+from .sources import open_source
 
 
 def read_manifest(path) -> Manifest:
@@ -232,7 +232,6 @@ class Archive:
         to TensorFlow whole; those names are checked but not in the result (the caller
         has their bytes).
         """
-        import numpy as np
 
         by_name = self.locations()
         if names is None:
@@ -243,24 +242,17 @@ class Archive:
                 raise KeyError(f"'{self.path}' holds no array {', '.join(missing)}")
             names = dict.fromkeys(names)
         into = into or {}
-        memory = isinstance(self._source, MemorySource)
         digest = _crc32_of_member if self.manifest.checksum == "crc32" else _sha256
         results = {}
-        with ParallelReads(None if memory else self._source.read_into, self.manifest.checksum) as large:
+        with ParallelReads(self._source.read_into, self.manifest.checksum) as large:
             for name in names:
                 entry, start = by_name[name]
                 target = into.get(name)
                 if target is not None and target.nbytes != entry.nbytes:
                     raise ValueError(f"buffer for '{name}' has {target.nbytes} bytes, the array {entry.nbytes}")
-                if memory:
-                    raw = np.frombuffer(self._source.view(start, entry.nbytes), dtype=np.uint8)
-                    if target is not None:
-                        target[...] = raw
-                        raw = target
-                else:
-                    raw = target if target is not None else aligned_bytes(entry.nbytes)
-                    if entry.nbytes < HASH_IN_THREADS:
-                        self._source.read_into(start, raw)
+                raw = target if target is not None else aligned_bytes(entry.nbytes)
+                if entry.nbytes < HASH_IN_THREADS:
+                    self._source.read_into(start, raw)
                 if entry.nbytes >= HASH_IN_THREADS:  # read (local files) and checksummed by several threads
                     large.add(entry, start, raw, header_crc(entry))
                     continue

@@ -3,7 +3,7 @@
 Arrays are written as they are (no second copy in memory), hashed in worker threads
 while earlier ones are written, or as they come from a stream; the manifest goes last.
 The zip layer is :mod:`.zip_writer`. The file appears whole under
-its name or not at all (:func:`subsetsaver.formats.atomic.replacing`). String and object
+its name or not at all (:func:`subsetsaver.formats.storage.replacing`). String and object
 arrays are refused (:class:`~subsetsaver.errors.UnsupportedDtypeError`): a portable file
 holds numbers only, so nothing in it can ask for pickle.
 
@@ -26,7 +26,7 @@ import zlib
 
 from ...errors import UnsupportedDtypeError
 from ...version import versions
-from .. import atomic
+from .. import storage
 from .format import (
     CHECKSUMS,
     DEFAULT_CHECKSUM,
@@ -143,7 +143,7 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
             _true_dtype(name, value)
         _check_info(array_info, {name for name, _ in arrays})
     entries, fragments, used, names = [], [], set(), set()
-    with atomic.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    with storage.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         zip_writer = ZipWriter(sink, force_zip64=_force_zip64)
         items, index = _prepared(arrays, checksum, pool, array_info), 0
         while (item := next(items, None)) is not None:  # not enumerate(): its tuple would keep the last array

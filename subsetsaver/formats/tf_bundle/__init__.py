@@ -13,7 +13,7 @@ Modules, each importing only those above it:
 - ``table``: the ``.index`` table format (LevelDB's SSTable), read and built;
 - ``dtypes``: TensorFlow's DataType enum and numpy's dtypes;
 - ``slices``: keys and geometry of the parts of partitioned variables;
-- ``files``: reading files at an offset (local, or through ``tf.io.gfile``);
+- reading files at an offset goes through :mod:`subsetsaver.formats.storage`;
 - ``index``: the parsed and checked index, :class:`TensorSpec`;
 - ``reader``: :class:`BundleReader`;  ``writer``: :class:`BundleWriter`, :func:`write`.
 

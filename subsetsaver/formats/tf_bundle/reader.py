@@ -29,15 +29,22 @@ import os
 import numpy as np
 
 from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError
+from .. import storage
 from . import dtypes as dtype_table
 from .checksums import crc32c, unmasked
-from .files import file_size, open_random_access, whole_file
 from .index import check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table
 
 _LARGEST_UINT32 = 0xFFFFFFFF
 _NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
+
+
+def _size_or_none(path):
+    try:
+        return storage.size(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 class BundleReader:
@@ -54,7 +61,7 @@ class BundleReader:
         self.prefix = os.fspath(prefix)
         path = index_path(self.prefix)
         try:
-            data = whole_file(path)
+            data = storage.read_bytes(path)
         except (FileNotFoundError, NotADirectoryError):
             raise CheckpointNotFoundError(f"no checkpoint at '{self.prefix}' (expected '{path}')") from None
 
@@ -64,7 +71,7 @@ class BundleReader:
         self._index = parse_index(self.prefix, read_table(data, fail))
         self.num_shards = self._index.num_shards
         self.version = self._index.version
-        sizes = {shard: file_size(self._data_path(shard)) for shard in {s.shard for s in self._index.stored()}}
+        sizes = {shard: _size_or_none(self._data_path(shard)) for shard in {s.shard for s in self._index.stored()}}
         check_data_files(self._index, sizes, require_all=require_data_files)
         self.names = tuple(self._index.tensors)
         self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
@@ -130,7 +137,7 @@ class BundleReader:
         if stored.shard not in self._files:
             path = self._data_path(stored.shard)
             try:
-                self._files[stored.shard] = open_random_access(path)
+                self._files[stored.shard] = storage.open_reader(path)
             except FileNotFoundError:
                 raise CheckpointNotFoundError(
                     f"cannot read checkpoint '{self.prefix}': its data file '{path}' is missing ({stored.subject} "

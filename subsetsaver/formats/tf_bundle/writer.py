@@ -3,11 +3,11 @@
 :class:`BundleWriter` streams: :meth:`~BundleWriter.add` writes a tensor's bytes to the
 data file at once and keeps only its index entry; leaving the ``with`` block writes the
 ``.index`` (keys sorted as TensorFlow sorts them) and puts both files in place. The
-bytes go to temporary names beside the target (:mod:`subsetsaver.formats.atomic`),
+bytes go to temporary names beside the target (:mod:`subsetsaver.formats.storage`),
 are made durable, then renamed: the data file first, the ``.index`` last, so a reader
 never finds an index whose data is not complete. On an exception nothing is left under
 the final names, and what earlier saves killed midway left in the directory is removed
-(:func:`~subsetsaver.formats.atomic.remove_abandoned`). :func:`write` writes a whole dict
+(:func:`~subsetsaver.formats.storage.remove_abandoned`). :func:`write` writes a whole dict
 of arrays in name order, as ``tf.compat.v1.train.Saver`` orders its variables.
 
 For the same tensors added in the same order, the files are byte for byte those of
@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from ...errors import UnsupportedDtypeError
-from .. import atomic
+from .. import storage
 from . import dtypes as dtype_table
 from .checksums import crc32c, mask
 from .index import HEADER_KEY, LITTLE_ENDIAN, READER_VERSION, data_path, index_path
@@ -71,8 +71,8 @@ class BundleWriter:
         self._used = True
         stack = contextlib.ExitStack()
         try:  # entered first, left last: the data file is renamed into place before the .index
-            self._index_sink = stack.enter_context(atomic.replacing(index_path(self.prefix)))
-            self._data = stack.enter_context(atomic.replacing(data_path(self.prefix, 0, 1)))
+            self._index_sink = stack.enter_context(storage.replacing(index_path(self.prefix)))
+            self._data = stack.enter_context(storage.replacing(data_path(self.prefix, 0, 1)))
         except BaseException as error:
             stack.__exit__(type(error), error, error.__traceback__)
             raise
@@ -91,9 +91,9 @@ class BundleWriter:
                 stack.__exit__(type(error), error, error.__traceback__)
                 raise
         stack.__exit__(exc_type, exc, traceback)
-        if exc_type is None and atomic.is_local(self.prefix):
+        if exc_type is None and storage.is_local(self.prefix):
             _remove_stale_data_files(self.prefix)
-            atomic.remove_abandoned(os.path.dirname(atomic.local_path(self.prefix)))  # what killed saves left
+            storage.remove_abandoned(os.path.dirname(storage.local_path(self.prefix)))  # what killed saves left
         return False
 
     # -----------------------------------------------------------------------------
@@ -206,15 +206,15 @@ def _shape_proto(shape):
 def _forget_index(prefix):
     """Remove the old ``.index`` a save replaces, before its data file is: a reader in between finds
     no checkpoint, rather than an old index over new data."""
-    if atomic.is_local(prefix):
+    if storage.is_local(prefix):
         with contextlib.suppress(FileNotFoundError):
-            os.remove(atomic.local_path(index_path(prefix)))
+            os.remove(storage.local_path(index_path(prefix)))
 
 
 def _remove_stale_data_files(prefix):
     """Data files of the (local) checkpoint this one replaced, written with another shard count."""
-    path = atomic.local_path(prefix)
-    current = atomic.local_path(data_path(prefix, 0, 1))
+    path = storage.local_path(prefix)
+    current = storage.local_path(data_path(prefix, 0, 1))
     for stale in glob.glob(glob.escape(path) + ".data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"):
         if stale != current:
             with contextlib.suppress(FileNotFoundError):

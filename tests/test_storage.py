@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from subsetsaver.errors import CheckpointNotFoundError
-from subsetsaver.formats import atomic
+from subsetsaver.formats import local_files, storage
 
 
 def open_descriptors():
@@ -20,8 +20,8 @@ def open_descriptors():
 
 def test_write_bytes_creates_and_replaces(tmp_path):
     path = str(tmp_path / "state.json")
-    atomic.write_bytes(path, b"first\n")
-    atomic.write_bytes(path, bytearray(b"second\n"))
+    storage.write_bytes(path, b"first\n")
+    storage.write_bytes(path, bytearray(b"second\n"))
     with open(path, "rb") as handle:
         assert handle.read() == b"second\n"
     assert os.listdir(tmp_path) == ["state.json"]
@@ -30,7 +30,7 @@ def test_write_bytes_creates_and_replaces(tmp_path):
 def test_replacing_takes_bytes_and_array_views(tmp_path):
     path = tmp_path / "a.bin"
     values = np.arange(10, dtype=np.float32)
-    with atomic.replacing(str(path)) as sink:
+    with storage.replacing(str(path)) as sink:
         sink.write(b"head")
         sink.write(memoryview(values))
         sink.write(memoryview(values[:0]))
@@ -40,12 +40,12 @@ def test_replacing_takes_bytes_and_array_views(tmp_path):
 
 def test_an_error_while_writing_keeps_the_old_file_and_removes_the_temporary(tmp_path):
     path = str(tmp_path / "m.npz")
-    atomic.write_bytes(path, b"old")
+    storage.write_bytes(path, b"old")
     before = open_descriptors()
     with pytest.raises(RuntimeError, match="midway"):
-        with atomic.replacing(path) as sink:
+        with storage.replacing(path) as sink:
             sink.write(b"new, partly")
-            assert [n for n in os.listdir(tmp_path) if atomic.TEMPORARY_MARK in n]  # the bytes go elsewhere
+            assert [n for n in os.listdir(tmp_path) if local_files.TEMPORARY_MARK in n]  # the bytes go elsewhere
             raise RuntimeError("midway")
     assert open(path, "rb").read() == b"old"
     assert os.listdir(tmp_path) == ["m.npz"]
@@ -54,8 +54,8 @@ def test_an_error_while_writing_keeps_the_old_file_and_removes_the_temporary(tmp
 
 def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(tmp_path, monkeypatch):
     path = str(tmp_path / "m.npz")
-    atomic.write_bytes(path, b"old" * 10)
-    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)  # the old file is held open: it must be closed
+    storage.write_bytes(path, b"old" * 10)
+    monkeypatch.setattr(local_files, "_RELEASE_IN_BACKGROUND", 1)  # the old file is held open: it must be closed
 
     def failing_replace(source, target):
         raise OSError("read-only file system")
@@ -63,7 +63,7 @@ def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(tmp_path, 
     monkeypatch.setattr(os, "replace", failing_replace)
     before = open_descriptors()
     with pytest.raises(OSError, match="read-only file system"):
-        atomic.write_bytes(path, b"new")
+        storage.write_bytes(path, b"new")
     assert open(path, "rb").read() == b"old" * 10
     assert os.listdir(tmp_path) == ["m.npz"]
     assert open_descriptors() == before
@@ -71,7 +71,7 @@ def test_a_failed_rename_keeps_the_old_file_and_removes_the_temporary(tmp_path, 
 
 def test_a_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointNotFoundError) as error:
-        atomic.write_bytes(str(tmp_path / "nope" / "m.json"), b"{}")
+        storage.write_bytes(str(tmp_path / "nope" / "m.json"), b"{}")
     assert str(error.value) == (f"cannot write '{tmp_path}/nope/m.json': directory '{tmp_path}/nope' does not "
                                 "exist; create it first")
     assert isinstance(error.value, FileNotFoundError)
@@ -79,37 +79,37 @@ def test_a_missing_directory_is_a_clear_error(tmp_path):
 
 def test_local_writes_are_synced_file_then_directory(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(atomic, "_WRITEBACK_EVERY", 8)
+    monkeypatch.setattr(local_files, "_WRITEBACK_EVERY", 8)
     monkeypatch.setattr(os, "fdatasync", lambda descriptor: calls.append("fdatasync"))
     monkeypatch.setattr(os, "fsync", lambda descriptor: calls.append("fsync"))
-    monkeypatch.setattr(atomic, "fsync_directory", lambda directory: calls.append(("directory", directory)))
+    monkeypatch.setattr(local_files, "fsync_directory", lambda directory: calls.append(("directory", directory)))
     path = str(tmp_path / "big.bin")
-    with atomic.replacing(path) as sink:
+    with storage.replacing(path) as sink:
         for _ in range(4):
             sink.write(b"0123456789")
-    atomic.finish_background_work()
+    storage.finish_background_work()
     assert "fdatasync" in calls  # in the background, while the rest was written
     assert calls[-2:] == ["fsync", ("directory", str(tmp_path))]
     assert open(path, "rb").read() == b"0123456789" * 4
 
 
 def test_a_large_replaced_file_is_freed_in_the_background(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_RELEASE_IN_BACKGROUND", 1)
+    monkeypatch.setattr(local_files, "_RELEASE_IN_BACKGROUND", 1)
     path = str(tmp_path / "m.npz")
-    atomic.write_bytes(path, b"a" * 100)
-    atomic.finish_background_work()
+    storage.write_bytes(path, b"a" * 100)
+    storage.finish_background_work()
     before = open_descriptors()
-    atomic.write_bytes(path, b"b" * 50)
-    atomic.finish_background_work()
+    storage.write_bytes(path, b"b" * 50)
+    storage.finish_background_work()
     assert open(path, "rb").read() == b"b" * 50
     assert open_descriptors() == before  # the old file's descriptor was closed
 
 
 def test_file_urls_are_local_paths(tmp_path):
-    assert atomic.is_local("/a/b") and atomic.is_local("rel/b") and atomic.is_local(f"file://{tmp_path}/x")
-    assert not atomic.is_local("ram://x/y") and not atomic.is_local("gs://bucket/y")
-    assert atomic.local_path("file:///a/b") == "/a/b" and atomic.local_path("/a/b") == "/a/b"
-    atomic.write_bytes(f"file://{tmp_path}/x", b"via url")
+    assert storage.is_local("/a/b") and storage.is_local("rel/b") and storage.is_local(f"file://{tmp_path}/x")
+    assert not storage.is_local("ram://x/y") and not storage.is_local("gs://bucket/y")
+    assert storage.local_path("file:///a/b") == "/a/b" and storage.local_path("/a/b") == "/a/b"
+    storage.write_bytes(f"file://{tmp_path}/x", b"via url")
     assert (tmp_path / "x").read_bytes() == b"via url"
 
 
@@ -117,10 +117,10 @@ def test_ram_filesystem_writes_leave_no_temporary():
     import tensorflow as tf
 
     directory = "ram://atomic_test/"
-    atomic.write_bytes(directory + "a.json", b"one")
-    atomic.write_bytes(directory + "a.json", memoryview(np.arange(3, dtype=np.int64)))
+    storage.write_bytes(directory + "a.json", b"one")
+    storage.write_bytes(directory + "a.json", memoryview(np.arange(3, dtype=np.int64)))
     with pytest.raises(RuntimeError, match="midway"):
-        with atomic.replacing(directory + "b.json") as sink:
+        with storage.replacing(directory + "b.json") as sink:
             sink.write(b"partly")
             raise RuntimeError("midway")
     assert tf.io.gfile.listdir(directory) == ["a.json"]
@@ -129,17 +129,17 @@ def test_ram_filesystem_writes_leave_no_temporary():
 
 
 def test_temporary_names_name_their_writer(tmp_path):
-    name = atomic.temporary_name(str(tmp_path / "m.npz"))
+    name = storage.temporary_name(str(tmp_path / "m.npz"))
     pattern = re.escape(f"{tmp_path}/m.npz.tmp-{socket.gethostname()}-{os.getpid()}-") + "[0-9a-f]{8}"
     assert re.fullmatch(pattern, name)
-    assert atomic.temporary_name("m") != atomic.temporary_name("m")
+    assert storage.temporary_name("m") != storage.temporary_name("m")
 
 
 def test_local_files_never_import_tensorflow(tmp_path):
     code = (
         "import sys\n"
         "import numpy as np\n"
-        "from subsetsaver.formats import atomic, npz, npz_state, subset_manifest, tf_index\n"
+        "from subsetsaver.formats import storage, npz, npz_state, subset_manifest, tf_index\n"
         f"directory = {str(tmp_path)!r}\n"
         "npz.write(directory + '/m.npz', {'w': np.ones(3, np.float32)})\n"
         "assert npz.read(directory + '/m.npz')[1]['w'].sum() == 3\n"
