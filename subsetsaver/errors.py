@@ -172,6 +172,10 @@ class OutputExistsError(SubsetSaverError, FileExistsError):
     """A command would replace a checkpoint or file that is there, and was not told to."""
 
 
+class InvalidOutputError(SubsetSaverError, ValueError):
+    """An output that cannot be written as asked: it is the source, or a directory where a file or prefix belongs."""
+
+
 class UnknownFormatError(SubsetSaverError, ValueError):
     """A path whose checkpoint format no registered format recognises, or a format name that is not registered."""
 

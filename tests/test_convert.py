@@ -148,7 +148,7 @@ def test_bad_input_ends_in_one_line(tmp_path, run_cli):
         prefix = saver.save(sess, str(tmp_path / "s"), write_meta_graph=False)
     code, out, err = run_cli("convert", prefix, str(tmp_path / "s.npz"))
     assert (code, out) == (2, "")
-    assert err == (f"subsetsaver: error: portable checkpoints hold numeric tensors only; '{prefix}' has vocab "
+    assert err == (f"subsetsaver: error: portable files hold numeric tensors only; '{prefix}' has vocab "
                    "(string): leave them out, e.g. --keep \"everything() - name('vocab')\"\n")
     code, out, err = run_cli("convert", prefix, str(tmp_path / "s.npz"), "--keep", "everything() - name('vocab')")
     assert code == 0 and out.startswith(f"wrote portable file {tmp_path}/s.npz: 1 of 2 tensors")

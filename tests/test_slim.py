@@ -11,7 +11,8 @@ import subsetsaver as ss
 from subsetsaver.errors import CheckpointMismatchError
 from subsetsaver.formats import subset_manifest as manifest
 from subsetsaver.planning import plan
-from subsetsaver.tools.slim import checkpoint_file_bytes, slim
+from subsetsaver.formats.publish import checkpoint_bytes as checkpoint_file_bytes
+from subsetsaver.tools.slim import slim
 
 v1 = tf.compat.v1
 SMALL = dict(channels=(4, 8), fc_units=32)
@@ -82,7 +83,7 @@ def test_refuses_to_overwrite_or_to_write_over_the_source(tmp_path, adam_checkpo
     with pytest.raises(FileExistsError) as error:
         slim(prefix, "trainable()", output)
     assert str(error.value) == (
-        f"checkpoint '{output}' already exists ({output}.data-00000-of-00001); pass overwrite=True (--force)"
+        f"checkpoint '{output}' already exists ({output}.data-00000-of-00001); pass overwrite=True to replace it"
     )
     replaced = slim(prefix, "scope('fc')", output, overwrite=True)
     assert sorted(tf.train.load_checkpoint(output).get_variable_to_shape_map()) == ["fc/b", "fc/w"]

@@ -24,10 +24,9 @@ from .checkpoints import (
     checkpoint_prefix,
     file_catalog,
     file_format,
-    npz_catalog,
     object_checkpoint_names,
     read_tensors,
-    safetensors_catalog,
+    source_path,
     unlisted_checkpoints_error,
 )
 from .dataflow import Dataflow, dataflow, no_garbage_collection
@@ -68,13 +67,12 @@ __all__ = [
     "is_keras_model",
     "load",
     "no_garbage_collection",
-    "npz_catalog",
     "object_checkpoint_names",
     "read_keras",
     "read_tensors",
     "roles_from_names",
     "roles_from_object_graph",
-    "safetensors_catalog",
+    "source_path",
     "unlisted_checkpoints_error",
     "value_bytes",
 ]

@@ -22,7 +22,7 @@ from .. import tf_internals
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..formats.tf_index import file_bytes
 from . import keras_source
-from .checkpoints import checkpoint_catalog
+from .checkpoints import file_catalog
 from .dataflow import no_garbage_collection
 from .records import (
     GLOBAL_STEP,
@@ -49,7 +49,7 @@ def load(source=None) -> Catalog:
         path = os.fspath(source)
         if path.endswith(".meta"):
             return _meta_catalog(path)
-        return checkpoint_catalog(path)
+        return file_catalog(path)
     import tensorflow as tf
 
     if source is None:

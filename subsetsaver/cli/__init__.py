@@ -16,6 +16,7 @@ import click
 
 from ..errors import SubsetSaverError
 from ..planning import first_line
+from .advice import render
 from .audit_command import audit_command
 from .catalog_commands import inspect_command, select_command
 from .convert_command import convert_command
@@ -54,7 +55,11 @@ def main(argv=None):
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
-    except (SubsetSaverError, OSError, ValueError, TypeError) as error:
+    except SubsetSaverError as error:
+        message = render(error, cli.commands.get(command)) if error.fixes else in_flags(str(error), command)
+        click.echo(f"subsetsaver: error: {message}", err=True)
+        sys.exit(2)
+    except (OSError, ValueError, TypeError) as error:
         click.echo(f"subsetsaver: error: {in_flags(str(error), command)}", err=True)
         sys.exit(2)
     except SystemExit:

@@ -30,8 +30,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
     """List the tensors of CHECKPOINT (a TensorFlow checkpoint, name- or object-based, .npz or .safetensors
     file) with bytes, totals per top-level scope, optimizer state and the subset manifest; an object-based
     checkpoint's tensors by their recorded full names, with their object paths."""
-    source_format = catalog.file_format(checkpoint)
-    source = catalog.checkpoint_prefix(checkpoint) if source_format == "name" else checkpoint
+    source = catalog.source_path(checkpoint)
     cat = catalog.file_catalog(source)
     object_based = cat.checkpoint_kind == "object"
     if values_of is not None:
@@ -46,13 +45,13 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
         scopes[top] = (count + 1, nbytes + record.nbytes)
     optimizer = [r for r in records if "slot" in r.roles]
     total = sum(r.nbytes for r in records)
-    manifest = subset_manifest.read_manifest(source) if source_format == "name" else None
+    manifest = subset_manifest.read_manifest(source)
     statistics = _statistics(source, records) if stats else None
     if as_json:
         echo_json(
             {
                 "checkpoint": source,
-                "format": source_format,
+                "format": cat.checkpoint_kind,
                 "kind": cat.checkpoint_kind,
                 "tensors": [dict(record_json(r), **(object_json(r) if object_based else {}),
                                  **({"stats": statistics[r.name]} if statistics else {}))

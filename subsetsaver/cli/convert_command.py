@@ -6,13 +6,11 @@ a TF1 checkpoint into a TF2 object-based one (``--to object``), through the Kera
 import click
 
 from .. import catalog, keras
+from ..formats import registry
 from ..selectors import format_bytes
 from ..tools import convert
 from .options import parse_remap
-from .output import echo_json, prepare_output
-
-_KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetensors file",
-          "object": "object-based checkpoint"}
+from .output import echo_json
 
 
 @click.command("convert")
@@ -20,7 +18,7 @@ _KINDS = {"name": "checkpoint", "npz": "portable file", "safetensors": "safetens
 @click.argument("output")
 @click.option("--keep", metavar="EXPR", help="Selector of the tensors to convert (default: all), e.g. \"~slots()\"; "
               "with --to object, of the model's weights to load.")
-@click.option("--to", "to", type=click.Choice((*convert.FORMATS, "object")),
+@click.option("--to", "to", type=click.Choice(registry.names()),
               help="Format of OUTPUT (default: from its extension; a path without .npz or .safetensors is "
                    "a TensorFlow checkpoint prefix, 'name'); 'object': a TF2 object-based checkpoint of --model.")
 @click.option("--model", "model", metavar="MODULE:FUNCTION",
@@ -61,16 +59,8 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, remap, 
     for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
-    to = to or catalog.file_format(output)
-    source_format = catalog.file_format(source)
-    if to == source_format and (to != "name" or catalog.checkpoint_kind(source) != "object"):
-        raise click.UsageError(f"OUTPUT '{output}' is a {_KINDS[to]} like SOURCE; name one ending in "
-                               + ("'.npz' or '.safetensors'" if to == "name" else "another extension, or a prefix")
-                               + (", or pass --to (to keep part of a checkpoint, use `subsetsaver slim`)"
-                                  if to == "name" else ", or pass --to"))
-    prepare_output(output, force=force, checkpoint=to == "name")
-    report = convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap))
-    kind = _KINDS[report.output_format]
+    report = convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
+    kind = registry.named(report.output_format).noun
     if as_json:
         echo_json({"source": report.source, "output": report.output, "kind": kind, "format": report.output_format,
                    "source_format": report.source_format, "source_kind": report.source_kind,
@@ -99,8 +89,8 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:
-        echo_json({"source": report.source, "output": report.output, "kind": _KINDS["object"], "format": "object",
-                   "source_format": catalog.file_format(report.source),
+        echo_json({"source": report.source, "output": report.output, "kind": registry.OBJECT.noun,
+                   "format": "object", "source_format": catalog.file_format(report.source),
                    "source_kind": catalog.checkpoint_kind(report.source), "model": report.builder,
                    "tensors": report.tensors, "bytes": report.nbytes, "match": load.match,
                    "restored": dict(load.restored), "optimizer_restored": dict(load.optimizer_restored),
@@ -108,7 +98,7 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
                    "optimizer_initialized": list(load.optimizer_initialized), "unused": list(load.unused),
                    "verified": list(report.verified)})
         return
-    click.echo(f"wrote {_KINDS['object']} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
+    click.echo(f"wrote {registry.OBJECT.noun} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
                f"(from {report.source}, through {report.builder})")
     weights = len(load.restored) + len(load.initialized)
     loaded = f"loaded {len(load.restored)} of {weights} weights"

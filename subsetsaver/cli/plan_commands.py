@@ -15,7 +15,6 @@ from .output import (
     echo_json,
     echo_table,
     meta_graph_path,
-    prepare_output,
     record_json,
     record_row,
 )
@@ -112,8 +111,6 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def slim_command(checkpoint, expression, graph, output, force, as_json):
     """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
-
-    prepare_output(output, force=force, checkpoint=True)
     report = slim(checkpoint, expression, output, graph=graph, overwrite=force)
     if not report.dropped:
         click.echo(f"warning: --keep \"{report.selector}\" drops no tensor of {report.source}, so {report.output} "

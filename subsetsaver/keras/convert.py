@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import importlib
 import importlib.util
 import os
@@ -35,7 +34,7 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CorruptCheckpointError
-from ..formats import storage, tf_state
+from ..formats import checkpoint_writer, registry, tf_bundle, tf_state
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_path
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
@@ -84,21 +83,16 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     source = checkpoint_path(checkpoint)
     catalog_module.file_catalog(source)  # a missing or unreadable source is refused first
     output = os.fspath(output)
-    _refuse_output(output, source, overwrite)
+    checkpoint_writer.check_output(output, registry.OBJECT, sources=[source], overwrite=overwrite)
     keep = as_selector(keep, "keep")
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
     model, optimizer = built_model(builder, label)
     report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
-    target = storage.temporary_name(storage.local_path(output)) if storage.is_local(output) else output
-    try:
-        written = _write(model, optimizer, target)
+    with checkpoint_writer.writing(output, registry.OBJECT, sources=[source], overwrite=overwrite) as staged:
+        written = _write(model, optimizer, staged)
         out, verified = _verify(source, written, report, output)
-    except BaseException:
-        if target != output:
-            _remove_checkpoint(target)
-        raise
-    if target != output:
-        _rename_checkpoint(target, output)
+        if written != output:
+            tf_bundle.publish_staged(written, output)
     tf_state.name_latest(output)
     return ObjectConvertReport(source, output, label, report, len(out.records),
                                sum(record.nbytes for record in out.records), verified)
@@ -208,31 +202,10 @@ def _import_file(text, path):
     return module
 
 
-def _existing(prefix) -> list:
-    return sorted(glob.glob(glob.escape(prefix) + ".index") + glob.glob(glob.escape(prefix) + ".data-*"))
-
-
-def _refuse_output(output, source, overwrite):
-    if os.path.abspath(output) == os.path.abspath(source):
-        raise ValueError(f"output '{output}' is the source checkpoint '{source}'; write to a new prefix")
-    if not storage.is_local(output):
-        return
-    local = storage.local_path(output)
-    if os.path.isdir(local):
-        raise IsADirectoryError(f"output '{output}' is a directory; name a checkpoint prefix such as '{output}/ckpt'")
-    existing = _existing(local)
-    if existing and not overwrite:
-        raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force) "
-                              "to replace it")
-
-
 def _write(model, optimizer, prefix) -> str:
     import tensorflow as tf
 
     trackables = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer}
-    parent = os.path.dirname(prefix)
-    if parent and storage.is_local(prefix):
-        os.makedirs(storage.local_path(parent), exist_ok=True)
     return tf.train.Checkpoint(**trackables).write(prefix)
 
 
@@ -272,33 +245,3 @@ def _difference(got, expected, counter=False) -> str:
     if np.ascontiguousarray(got).tobytes() != np.ascontiguousarray(expected).tobytes():
         return "holds other bytes than"
     return ""
-
-
-def _files(prefix) -> list:
-    return _existing(storage.local_path(prefix))
-
-
-def _remove_checkpoint(prefix):
-    for path in _files(prefix):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
-def _rename_checkpoint(temporary, output):
-    """Put the verified files in place: the old ``.index`` goes first and the new one comes last, so a
-    reader in between finds no checkpoint rather than an old index over new data."""
-    local = storage.local_path(output)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(local + ".index")
-    moved = set()
-    for path in _files(temporary):
-        if not path.endswith(".index"):
-            target = local + path[len(temporary):]
-            os.replace(path, target)
-            moved.add(target)
-    os.replace(temporary + ".index", local + ".index")
-    for stale in _existing(local):
-        if stale not in moved and not stale.endswith(".index"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stale)
-    storage.fsync_directory(os.path.dirname(local))

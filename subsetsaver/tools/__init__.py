@@ -4,7 +4,8 @@
 TensorFlow checkpoint into a portable ``.npz`` or ``.safetensors`` file and back;
 ``rewrite`` renames, drops and casts; ``diff`` compares two checkpoints (or a live
 session) tensor by tensor; ``average`` writes the mean of several. What they write goes
-through ``checkpoint_output`` and is verified tensor by tensor.
+through the one writer (:mod:`subsetsaver.formats.checkpoint_writer`): checked, locked,
+streamed, verified tensor by tensor and published atomically.
 
 This room imports ``catalog``, ``selectors``, ``formats``, ``planning`` (the scratch-graph
 writer in ``restore_ops``) and ``errors``.
@@ -16,6 +17,6 @@ Example::
     3.0
 """
 
-from . import average, checkpoint_output, convert, diff, rewrite, slim
+from . import average, convert, diff, rewrite, slim
 
-__all__ = ["average", "checkpoint_output", "convert", "diff", "rewrite", "slim"]
+__all__ = ["average", "convert", "diff", "rewrite", "slim"]

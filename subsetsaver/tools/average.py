@@ -29,9 +29,9 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError
+from ..formats import checkpoint_writer, registry
 from ..planning import Problem
 from ..selectors import as_selector
-from .checkpoint_output import prepare, write_verified
 
 DEFAULT_KEEP = "~slots() - global_step()"
 _CHUNK = 1 << 20  # elements updated at a time
@@ -51,11 +51,12 @@ class AverageReport:
     nbytes: int
 
 
-def average(checkpoints, output, *, keep=None, weights=None, overwrite=False) -> AverageReport:
+def average(checkpoints, output, *, keep=None, weights=None, overwrite=False, to=None) -> AverageReport:
     """Write to ``output`` the weighted mean of the float tensors of ``checkpoints`` that ``keep``
     selects (None: ``~slots() - global_step()``, roles read from the last checkpoint); every other
-    tensor is the last checkpoint's."""
-    paths = [_prefix(path) for path in checkpoints]
+    tensor is the last checkpoint's. ``output`` is a TensorFlow checkpoint unless ``to`` or its
+    suffix names another format."""
+    paths = [catalog_module.source_path(path) for path in checkpoints]
     if not paths:
         raise ValueError("average needs at least one checkpoint")
     weights = _normalized(weights, len(paths))
@@ -67,14 +68,13 @@ def average(checkpoints, output, *, keep=None, weights=None, overwrite=False) ->
     copied = [name for name in last.ordered_names if name not in set(averaged)]
     _check_inputs(paths, catalogs, averaged)
     output = os.fspath(output)
-    prepare(output, sources=paths, overwrite=overwrite)
-    nbytes = write_verified(output, _averaged_tensors(paths, weights, averaged, last.ordered_names))
-    return AverageReport(tuple(paths), output, tuple(weights), tuple(averaged), tuple(copied), nbytes)
-
-
-def _prefix(path):
-    path = os.fspath(path)
-    return catalog_module.checkpoint_prefix(path) if catalog_module.file_format(path) == "name" else path
+    output_format = registry.for_output(output, to)
+    records = last.records_by_name
+    written = checkpoint_writer.write_checkpoint(
+        output, _averaged_tensors(paths, weights, averaged, last.ordered_names), checkpoint_format=output_format,
+        sources=paths, overwrite=overwrite,
+        specs=[(name, records[name].shape, records[name].dtype) for name in last.ordered_names])
+    return AverageReport(tuple(paths), output, tuple(weights), tuple(averaged), tuple(copied), written.nbytes)
 
 
 def _normalized(weights, count) -> list:

@@ -39,15 +39,10 @@ import re
 import numpy as np
 
 from .. import catalog as catalog_module
-from ..errors import UnsupportedDtypeError
-from ..formats import npz, safetensors_file, subset_manifest, tf_bundle, tf_state
-from ..formats.npz import entry_spec
+from ..errors import CheckpointMismatchError, InvalidOutputError, UnsupportedDtypeError
+from ..formats import checkpoint_writer, registry, subset_manifest
 from ..planning import renamed_names
 from ..selectors import as_selector
-from .checkpoint_output import verify_written
-
-FORMATS = ("name", "npz", "safetensors")
-_HOLDERS = {"npz": "portable checkpoints", "safetensors": "safetensors files"}
 
 # TF1 optimizer -> the suffix it gives each slot (VARIABLE/SUFFIX), by the slot's name in the object
 # graph: a legacy Keras or tf.compat.v1 optimizer's slot name, or a Keras 3 / tf_keras list's name.
@@ -63,6 +58,7 @@ _CENTERED_RMSPROP = {"rms": "RMSProp", "velocities": "RMSProp", "mg": "RMSProp_1
 _LIST_OPTIMIZERS = {"adam": "Adam", "sgd": "Momentum", "adagrad": "Adagrad", "rmsprop": "RMSProp"}
 ADAM_DEFAULTS = {"beta_1": 0.9, "beta_2": 0.999}  # Keras's, when the checkpoint holds no beta variables
 GLOBAL_STEP = "global_step"
+_INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,52 +79,77 @@ class ConvertReport:
     source_kind: str = "name"  # 'name', 'object' (a TensorFlow object-based checkpoint), 'npz', 'safetensors'
 
 
-def convert(source, output, keep=None, to=None, remap=None) -> ConvertReport:
+def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) -> ConvertReport:
     """Write the tensors of ``source`` that ``keep`` selects (None: all) to ``output`` in the format
-    ``to`` ('name', 'npz', 'safetensors'; None: from ``output``'s extension), renamed by ``remap``."""
+    ``to`` (a registered format's name, such as 'name', 'npz', 'safetensors'; None: from ``output``'s
+    suffix), renamed by ``remap``; an existing ``output`` is replaced only with ``overwrite``."""
     selector = as_selector(keep, "keep")
-    to = to or catalog_module.file_format(output)
-    if to not in FORMATS:
-        raise ValueError(f"unknown format {to!r}; the formats are {', '.join(FORMATS)}")
-    source_format = catalog_module.file_format(source)
-    if source_format == "name":
-        source = catalog_module.checkpoint_prefix(source)
-    source, output = os.fspath(source), os.fspath(output)
-    if to == source_format and catalog_module.checkpoint_kind(source) != "object":
-        raise ValueError(f"'{source}' is already a {to} checkpoint; to select tensors of it, use `subsetsaver slim`"
-                         if to == "name" else f"'{source}' and '{output}' are both {to} files; convert to another format")
-    if to == source_format and os.path.abspath(output) == os.path.abspath(source):
-        raise ValueError(f"output '{output}' is the source checkpoint; write the name-based checkpoint to a new prefix")
+    output_format = registry.for_output(output, to)
+    source_format = registry.format_of(source)
+    source, output = source_format.resolve(os.fspath(source)), os.fspath(output)
+    if output_format is source_format:
+        raise InvalidOutputError(
+            f"'{source}' is already a {output_format.name} checkpoint; to select tensors of it, use `subsetsaver "
+            "slim`" if output_format.name == "name" else
+            f"'{source}' and '{output}' are both {output_format.name} files; convert to another format", path=output)
+    if not output_format.writable:
+        raise InvalidOutputError(f"{output_format.description} checkpoints are written from a model: "
+                                 "convert --to object --model MODULE:FUNCTION", path=output)
+    checkpoint_writer.check_output(output, output_format, sources=[source], overwrite=overwrite)
     cat = catalog_module.file_catalog(source)
     kept = selector.names(cat)
     kept_set = set(kept)
     dropped = tuple(n for n in cat.ordered_names if n not in kept_set)
-    if to != "name":
-        unsupported = [n for n in kept if cat.record(n).dtype not in npz.STORED_AS]
+    if output_format.dtypes is not None:
+        unsupported = [n for n in kept if cat.record(n).dtype not in output_format.dtypes]
         if unsupported:
             raise UnsupportedDtypeError(
-                f"{_HOLDERS[to]} hold numeric tensors only; '{source}' has {', '.join(unsupported)} "
-                f"({cat.record(unsupported[0]).dtype}): leave them out, e.g. --keep \"{selector!r} - "
-                f"name('{unsupported[0]}')\"")
-    if to == "name" and cat.object_graph is not None:
+                f"{output_format.noun}s hold numeric tensors only; '{source}' has "
+                f"{', '.join(unsupported[:5])} ({cat.record(unsupported[0]).dtype}): leave them out, e.g. --keep "
+                f"\"{selector!r} - name('{unsupported[0]}')\"")
+    if output_format.name == "name" and cat.object_graph is not None:
         names, derived = tf1_names(cat, kept, remap), tf1_optimizer_values(source, cat, kept)
+        steps = {name for name in kept if names[name] == GLOBAL_STEP}
+        _check_steps(cat, steps, source)
     else:
-        names, derived = renamed_names(kept, remap), {}
+        names, derived, steps = renamed_names(kept, remap), {}, set()
     _refuse_clashes(names, derived, source)
-    if to == "name":
-        steps = {name for name in kept if names[name] == GLOBAL_STEP} if cat.object_graph is not None else set()
-        nbytes = _write_checkpoint(source, source_format, kept, output, names, derived, steps)
-    else:
-        arrays = {names[name]: array for name, array in catalog_module.read_tensors(source, kept)}
-        nbytes = sum(array.nbytes for array in arrays.values())
-        if to == "npz":
-            npz.write(output, arrays, selector=repr(selector),
-                      metadata={"source": source_format, "checkpoint": os.path.basename(source)})
-        else:
-            safetensors_file.write(output, arrays, _metadata(selector, cat, names, source))
+    regions = source_format.regions(source) if output_format.holds_parts and hasattr(source_format, "regions") else {}
+    records = cat.records_by_name
+    specs = [(names[name], regions[name][0] if name in regions else records[name].shape,
+              "int64" if name in steps else records[name].dtype) for name in kept]
+    specs += [(name, array.shape, array.dtype.name) for name, array in derived.items()]
+    metadata = {"selector": repr(selector), "source": source_format.name, "checkpoint": os.path.basename(source)} \
+        if output_format.name == "npz" else _metadata(selector, cat, names, source)
+    written = checkpoint_writer.write_checkpoint(
+        output, _converted(source, kept, names, steps, regions, derived), checkpoint_format=output_format,
+        specs=specs, sources=[source], overwrite=overwrite, metadata=metadata)
     renamed = tuple((name, names[name]) for name in kept if names[name] != name)
-    return ConvertReport(source, output, tuple(kept), dropped, nbytes, source_format, to, renamed, tuple(derived),
-                         cat.checkpoint_kind)
+    return ConvertReport(source, output, tuple(kept), dropped, written.nbytes, source_format.name, output_format.name,
+                         renamed, tuple(derived), cat.checkpoint_kind)
+
+
+def _converted(source, kept, names, steps, regions, derived):
+    """Yield what is written: each kept tensor under its new name (a step as int64, a part of a
+    partitioned variable with its region), then the derived tensors; one in memory at a time."""
+    for name, array in catalog_module.read_tensors(source, kept):
+        if name in steps:
+            array = array.astype(np.int64)  # an integer scalar, checked before: the value is kept
+        yield (names[name], array, regions[name]) if name in regions else (names[name], array)
+        del array
+    yield from derived.items()
+
+
+def _check_steps(cat, steps, source):
+    """The optimizer's iteration counter becomes TF1's ``global_step`` (an int64 scalar): it must be an
+    integer scalar, or the value would change."""
+    for name in steps:
+        record = cat.record(name)
+        if tuple(record.shape) != () or record.dtype not in _INTEGER_DTYPES:
+            raise CheckpointMismatchError(
+                f"checkpoint '{source}' names {record.dtype} {list(record.shape)} tensor '{name}' its optimizer's "
+                "iteration counter, which is an integer scalar; it cannot be written as TF1's global_step: leave it "
+                f"out with --keep \"everything() - name('{name}')\"")
 
 
 def checkpoint_to_npz(checkpoint, output, keep=None) -> ConvertReport:
@@ -251,39 +272,6 @@ def _refuse_clashes(names, derived, source):
                              "out (--keep), or rename it (--remap OLD=NEW)")
 
 
-def _write_checkpoint(source, source_format, names, prefix, renamed, derived, steps=()) -> int:
-    """Stream ``names`` of ``source`` into the TensorFlow checkpoint ``prefix`` (each as ``renamed[name]``,
-    ``steps`` as int64) with the ``derived`` arrays, read it back, name it the latest of its directory."""
-    regions = {}  # npz arrays that are one part of a partitioned variable: name -> (full shape, offset)
-    if source_format == "npz":
-        for entry in npz.read_manifest(source).arrays:
-            shape, _dtype, region = entry_spec(entry)
-            if region is not None:
-                regions[entry.name] = (tuple(shape), tuple(region[0]))
-    nbytes, written = 0, {}
-    parent = os.path.dirname(prefix)
-    if parent and "://" not in prefix:
-        os.makedirs(parent, exist_ok=True)
-    with tf_bundle.BundleWriter(prefix) as writer:
-        for name, array in catalog_module.read_tensors(source, names):
-            if name in regions:
-                writer.add_slice(renamed[name], *regions[name], array)
-            else:
-                if name in steps and array.dtype != np.int64:
-                    array = array.astype(np.int64)  # TF1's global step is an int64 scalar
-                writer.add(renamed[name], array)
-                written[renamed[name]] = (array.shape, array.dtype)
-            nbytes += array.nbytes
-            del array  # one tensor in memory at a time
-        for name, array in derived.items():
-            writer.add(name, array)
-            written[name] = (array.shape, array.dtype)
-            nbytes += array.nbytes
-    verify_written(prefix, written, parts={renamed[name] for name in regions.keys() & set(names)})
-    tf_state.name_latest(prefix)
-    return nbytes
-
-
 def _metadata(selector, cat, names, source) -> dict:
     """The string metadata of a safetensors file: the selection, roles by name, where it came from."""
     records = cat.records_by_name
@@ -293,7 +281,7 @@ def _metadata(selector, cat, names, source) -> dict:
         "source": os.path.basename(source.rstrip("/")),
         "roles": json.dumps({new: sorted(records[name].roles - {"partitioned"}) for name, new in names.items()}),
     }
-    manifest = subset_manifest.read_manifest(source) if catalog_module.file_format(source) == "name" else None
+    manifest = subset_manifest.read_manifest(source) if cat.checkpoint_kind == "name" else None
     if manifest is not None:
         metadata["subset_manifest"] = json.dumps(manifest)
     return metadata

@@ -24,10 +24,10 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
+from ..formats import checkpoint_writer, registry
 from ..formats.tf_bundle import dtypes as bundle_dtypes
 from ..planning import renamed_names
 from ..selectors import as_selector
-from .checkpoint_output import prepare, write_verified
 
 FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 _NUMPY_FLOATS = {data_type.name: bundle_dtypes.numpy_dtype(data_type) for data_type in bundle_dtypes.DATA_TYPES
@@ -66,13 +66,15 @@ class RewriteReport:
         return tuple(row for row in self.rows if row.dtype != row.new_dtype)
 
 
-def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=False, overwrite=False) -> RewriteReport:
-    """Write the tensors of ``checkpoint`` that ``keep`` selects (None: all) to the new TensorFlow
-    checkpoint ``output``, renamed by ``remap`` and cast by ``cast`` (``{selector: dtype}``)."""
+def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=False, overwrite=False,
+            to=None) -> RewriteReport:
+    """Write the tensors of ``checkpoint`` that ``keep`` selects (None: all) to the new checkpoint
+    ``output`` (a TensorFlow checkpoint unless ``to`` or its suffix names another format), renamed by
+    ``remap`` and cast by ``cast`` (``{selector: dtype}``)."""
     selector = as_selector(keep, "keep")
-    source_format = catalog_module.file_format(checkpoint)
-    source = catalog_module.checkpoint_prefix(checkpoint) if source_format == "name" else os.fspath(checkpoint)
+    source = catalog_module.source_path(checkpoint)
     output = os.fspath(output)
+    output_format = registry.for_output(output, to)
     cat = catalog_module.file_catalog(source)
     kept = cat.in_order(selector.names(cat))
     new_names = renamed_names(kept, remap)
@@ -85,9 +87,10 @@ def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=Fal
     nbytes = sum(catalog_module.value_bytes(row.shape, row.new_dtype) for row in rows)
     if dry_run:
         return RewriteReport(source, output, rows, dropped, nbytes, written=False)
-    prepare(output, sources=[source], overwrite=overwrite)
-    nbytes = write_verified(output, _rewritten(source, rows))
-    return RewriteReport(source, output, rows, dropped, nbytes, written=True)
+    written = checkpoint_writer.write_checkpoint(
+        output, _rewritten(source, rows), checkpoint_format=output_format, sources=[source], overwrite=overwrite,
+        specs=[(row.new, row.shape, row.new_dtype) for row in rows])
+    return RewriteReport(source, output, rows, dropped, written.nbytes, written=True)
 
 
 def parse_cast(texts) -> dict:

@@ -24,15 +24,13 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 
 from .. import catalog as catalog_module
-from ..errors import CheckpointMismatchError
-from ..formats import tf_bundle, tf_state
-from ..formats.subset_manifest import manifest_content, write_manifest
+from ..errors import CheckpointMismatchError, InvalidOutputError
+from ..formats import checkpoint_writer, publish, registry
+from ..formats.subset_manifest import manifest_content
 from ..selectors import as_selector
-from .checkpoint_output import verify_written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +64,10 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     selector = as_selector(keep, "keep")
     source = catalog_module.checkpoint_prefix(checkpoint)
     if catalog_module.checkpoint_kind(source) == "object":
-        raise ValueError(
+        raise InvalidOutputError(
             f"'{source}' is a TensorFlow object-based checkpoint (tf.train.Checkpoint or Keras save_weights), and a "
             "subset of it would no longer match its object graph; write the kept tensors as a name-based checkpoint "
-            f"instead: subsetsaver convert {source} OUT --to name --keep \"{selector!r}\"")
+            f"instead: subsetsaver convert {source} OUT --to name --keep \"{selector!r}\"", path=source)
     source_catalog = catalog_module.checkpoint_catalog(source)
     chosen_from = source_catalog if graph is None else catalog_module.load(graph)
     kept = selector.names(chosen_from)
@@ -84,61 +82,30 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     kept_set = set(kept)
     dropped = tuple(n for n in sorted(source_catalog.all_names) if n not in kept_set)
     output = os.fspath(output)
-    _check_output(source, output, overwrite)
-    parent = os.path.dirname(output)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    written = {}
-    with tf_bundle.BundleReader(source) as reader:
-        with tf_bundle.BundleWriter(output) as writer:
-            for name in kept:
-                value = reader.read(name)
-                writer.add(name, value)
-                written[name] = (value.shape, value.dtype)
-                del value  # one tensor in memory at a time
-        specs = {name: reader.spec(name) for name in kept}
-    verify_written(output, written)
     records = source_catalog.records_by_name
-    write_manifest(
-        output,
-        manifest_content(
+    checkpoint_writer.write_checkpoint(
+        output, catalog_module.read_tensors(source, kept), checkpoint_format=registry.NAME, sources=[source],
+        overwrite=overwrite, specs=[(n, records[n].shape, records[n].dtype) for n in kept],
+        manifest=manifest_content(
             selector=repr(selector),
             variables=[
-                {"name": n, "checkpoint_name": n, "shape": list(specs[n].shape), "dtype": specs[n].dtype,
+                {"name": n, "checkpoint_name": n, "shape": list(records[n].shape), "dtype": records[n].dtype,
                  "bytes": records[n].nbytes, "parts": 1}
                 for n in kept
             ],
             initialized=[],
             slimmed_from=source,
             dropped=list(dropped),
-        ),
-    )
-    tf_state.name_latest(output)
+        ))
     return SlimReport(
         source=source,
         output=output,
         selector=repr(selector),
         kept=tuple(kept),
         dropped=dropped,
-        source_bytes=checkpoint_file_bytes(source),
-        output_bytes=checkpoint_file_bytes(output),
-        data_files=len(glob.glob(glob.escape(output) + ".data-*")),
+        source_bytes=publish.checkpoint_bytes(source),
+        output_bytes=publish.checkpoint_bytes(output),
+        data_files=len(publish.data_files(output)),
         verified=True,
     )
 
-
-def checkpoint_file_bytes(prefix) -> int:
-    """Bytes of a checkpoint's ``.index`` and ``.data-*`` files on disk."""
-    files = glob.glob(glob.escape(prefix) + ".data-*") + [f"{prefix}.index"]
-    return sum(os.path.getsize(path) for path in files if os.path.exists(path))
-
-
-def _check_output(source, output, overwrite):
-    if os.path.abspath(output) == os.path.abspath(source):
-        raise ValueError(f"output '{output}' is the source checkpoint; write the slim checkpoint to a new prefix")
-    if os.path.isdir(output):
-        raise IsADirectoryError(f"output '{output}' is a directory; name a checkpoint prefix such as '{output}/model'")
-    existing = sorted(glob.glob(glob.escape(output) + ".data-*")) + [p for p in (f"{output}.index",)
-                                                                     if os.path.exists(p)]
-    if existing and not overwrite:
-        raise FileExistsError(f"checkpoint '{output}' already exists ({existing[0]}); pass overwrite=True (--force)")

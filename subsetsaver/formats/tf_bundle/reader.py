@@ -93,6 +93,10 @@ class BundleReader:
         for handle in files.values():
             handle.close()
 
+    def data_shards(self) -> list:
+        """The shard numbers whose data files hold a tensor, sorted."""
+        return sorted({stored.shard for stored in self._index.stored()})
+
     def spec(self, name):
         """The :class:`TensorSpec` of tensor ``name``; KeyError if the checkpoint has no such tensor."""
         return self.specs[self._known(name)]

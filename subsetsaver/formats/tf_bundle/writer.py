@@ -2,16 +2,18 @@
 
 :class:`BundleWriter` streams: :meth:`~BundleWriter.add` writes a tensor's bytes to the
 data file at once and keeps only its index entry; leaving the ``with`` block writes the
-``.index`` (keys sorted as TensorFlow sorts them) and puts both files in place. The
-bytes go to temporary names beside the target (:mod:`subsetsaver.formats.storage`),
-are made durable, then renamed: the data file first, the ``.index`` last, so a reader
-never finds an index whose data is not complete. On an exception nothing is left under
-the final names, and what earlier saves killed midway left in the directory is removed
-(:func:`~subsetsaver.formats.storage.remove_abandoned`). :func:`write` writes a whole dict
+``.index`` (keys sorted as TensorFlow sorts them). The files are written under a staging
+name beside the target and then published (:mod:`subsetsaver.formats.publish`): the data
+first, under names the checkpoint it replaces does not use, the ``.index`` last, so a
+reader finds the old checkpoint or the new one, whole. The writer holds the directory's
+writer lock. On an exception nothing is left under the final names, and what earlier
+writers killed midway left in the directory is removed. :func:`write` writes a whole dict
 of arrays in name order, as ``tf.compat.v1.train.Saver`` orders its variables.
 
 For the same tensors added in the same order, the files are byte for byte those of
-TensorFlow's ``BundleWriter`` (one data file, no alignment padding).
+TensorFlow's ``BundleWriter`` (one data file, no alignment padding) unless a checkpoint
+with one data file is being replaced: then the new one is written with two shards (the
+second empty), which TensorFlow reads the same.
 
 Example::
 
@@ -26,19 +28,21 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 
 import numpy as np
 
 from ...errors import UnsupportedDtypeError
+from .. import publish as publishing
 from .. import storage
 from . import dtypes as dtype_table
 from .checksums import crc32c, mask
 from .index import HEADER_KEY, LITTLE_ENDIAN, READER_VERSION, data_path, index_path
-from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, encode, encode_varint
+from .problems import corrupt
+from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode, encode, encode_varint
+from .reader import BundleReader
 from .slices import overlaps, slice_key
-from .table import build_table
+from .table import build_table, read_table
 
 
 def write(prefix, arrays) -> str:
@@ -53,11 +57,43 @@ def write(prefix, arrays) -> str:
     return writer.prefix
 
 
+def publish_staged(staged, final) -> None:
+    """Publish the complete checkpoint at ``staged`` (written by TensorFlow or by this module) as ``final``:
+    its shard count is changed first where ``final``'s data files use the same one, so that the old
+    checkpoint stays whole until the new ``.index`` replaces it (:mod:`subsetsaver.formats.publish`)."""
+    with BundleReader(staged) as reader:
+        count = reader.num_shards
+    wanted = publishing.free_shard_count(final, count)
+    if wanted != count:
+        _renumber(staged, count, wanted)
+    files = {data_path(final, shard, wanted): data_path(staged, shard, wanted) for shard in range(wanted)}
+    files[index_path(final)] = index_path(staged)
+    publishing.publish(files, commit=index_path(final), replaced=publishing.bundle_files(final))
+
+
+def _renumber(prefix, count, wanted):
+    """Make the checkpoint ``prefix`` of ``count`` data files one of ``wanted`` (more): the same entries,
+    the header's shard count changed, the data files renamed, the extra ones empty."""
+    path = index_path(prefix)
+    entries = read_table(storage.read_bytes(path), lambda problem, **_: corrupt(prefix, f"'{path}'", problem))
+    header = decode(BUNDLE_HEADER, entries[0][1])
+    header["num_shards"] = wanted
+    for shard in range(count):
+        storage.rename(data_path(prefix, shard, count), data_path(prefix, shard, wanted))
+    for shard in range(count, wanted):
+        storage.write_bytes(data_path(prefix, shard, wanted), b"")
+    storage.write_bytes(path, build_table([(HEADER_KEY, encode(BUNDLE_HEADER, header)), *entries[1:]]))
+
+
 class BundleWriter:
     """Streams tensors into a new checkpoint at ``prefix``; see the module's docstring."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, *, num_shards=None, publish=True):
+        """``publish=False``: write the files at ``prefix`` itself, for a caller that publishes them
+        (with ``num_shards`` data files, the tensors in the first); else stage, then publish over ``prefix``."""
         self.prefix = os.fspath(prefix)
+        self._publish = publish
+        self._num_shards = num_shards
         self._entries = {}  # key (bytes) -> BundleEntryProto fields; a partitioned tensor's lists its slices
         self._partitioned = {}  # name -> (dtype enum, shape, [region of each part added])
         self._stack = None
@@ -69,10 +105,18 @@ class BundleWriter:
         if self._used:
             raise RuntimeError(f"BundleWriter('{self.prefix}') was opened before: a writer writes one checkpoint")
         self._used = True
+        self._target = self.prefix
+        if self._publish:
+            directory = storage.parent(self.prefix)
+            storage.hold_directory(directory)
+            storage.remove_abandoned(directory)
+            if storage.can_rename(self.prefix):
+                self._target = publishing.staging_name(self.prefix)
+        if self._num_shards is None:
+            self._num_shards = publishing.free_shard_count(self.prefix) if self._publish else 1
         stack = contextlib.ExitStack()
-        try:  # entered first, left last: the data file is renamed into place before the .index
-            self._index_sink = stack.enter_context(storage.replacing(index_path(self.prefix)))
-            self._data = stack.enter_context(storage.replacing(data_path(self.prefix, 0, 1)))
+        try:
+            self._data = stack.enter_context(storage.replacing(data_path(self._target, 0, self._num_shards)))
         except BaseException as error:
             stack.__exit__(type(error), error, error.__traceback__)
             raise
@@ -83,17 +127,22 @@ class BundleWriter:
         stack, self._stack, self._data = self._stack, None, None
         if stack is None:
             return False
-        if exc_type is None:
-            try:
-                self._index_sink.write(self._index_bytes())
-                _forget_index(self.prefix)
-            except BaseException as error:
-                stack.__exit__(type(error), error, error.__traceback__)
-                raise
-        stack.__exit__(exc_type, exc, traceback)
-        if exc_type is None and storage.is_local(self.prefix):
-            _remove_stale_data_files(self.prefix)
-            storage.remove_abandoned(os.path.dirname(storage.local_path(self.prefix)))  # what killed saves left
+        stack.__exit__(exc_type, exc, traceback)  # the data file is complete (or gone)
+        if exc_type is not None:
+            return False
+        staged = {data_path(self.prefix, shard, self._num_shards): data_path(self._target, shard, self._num_shards)
+                  for shard in range(self._num_shards)}
+        staged[index_path(self.prefix)] = index_path(self._target)
+        try:
+            for shard in range(1, self._num_shards):  # shards the reader may open, holding nothing
+                storage.write_bytes(data_path(self._target, shard, self._num_shards), b"")
+            storage.write_bytes(index_path(self._target), self._index_bytes())
+            if self._publish:
+                publishing.publish(staged, commit=index_path(self.prefix), replaced=publishing.bundle_files(self.prefix))
+        except BaseException:
+            if self._target != self.prefix:
+                publishing.discard(staged.values())
+            raise
         return False
 
     # -----------------------------------------------------------------------------
@@ -179,7 +228,7 @@ class BundleWriter:
         return len(encoded) + 4 + len(text), crc32c(text, checksum)
 
     def _index_bytes(self):
-        header = {"num_shards": 1, "endianness": LITTLE_ENDIAN, "version": {"producer": READER_VERSION}}
+        header = {"num_shards": self._num_shards, "endianness": LITTLE_ENDIAN, "version": {"producer": READER_VERSION}}
         entries = [(HEADER_KEY, encode(BUNDLE_HEADER, header))]
         entries += [(key, encode(BUNDLE_ENTRY, self._entries[key])) for key in sorted(self._entries)]
         return build_table(entries)
@@ -202,20 +251,3 @@ def _as_bytes(element):
 def _shape_proto(shape):
     return {"dim": [{"size": int(size)} for size in shape]}
 
-
-def _forget_index(prefix):
-    """Remove the old ``.index`` a save replaces, before its data file is: a reader in between finds
-    no checkpoint, rather than an old index over new data."""
-    if storage.is_local(prefix):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(storage.local_path(index_path(prefix)))
-
-
-def _remove_stale_data_files(prefix):
-    """Data files of the (local) checkpoint this one replaced, written with another shard count."""
-    path = storage.local_path(prefix)
-    current = storage.local_path(data_path(prefix, 0, 1))
-    for stale in glob.glob(glob.escape(path) + ".data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"):
-        if stale != current:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stale)

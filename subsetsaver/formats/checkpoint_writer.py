@@ -1,0 +1,199 @@
+"""The one writer: every command that writes a checkpoint file goes through :func:`write_checkpoint`.
+
+It checks the output once (not a source, not a directory, not an existing checkpoint
+unless ``overwrite``), creates the missing directories (and removes them again if the
+write fails), takes the directory's writer lock (a second writer is refused at once,
+naming the first), removes what killed writers left, streams the tensors into the
+format's writer under a staging name holding about one at a time, reads every tensor back
+against the CRC32C of the bytes it was given, publishes the files atomically
+(:mod:`~subsetsaver.formats.publish`: the previous checkpoint or the new one, whole, at
+every instant), writes the subset manifest, and names the result the latest of its
+directory. A progress bar shows on a terminal when a write takes more than two seconds.
+
+Example::
+
+    >>> written = write_checkpoint('serve/model', [('w', w)], checkpoint_format=registry.NAME,
+    ...                            specs=[('w', w.shape, 'float32')], sources=['train/model-9000'])
+    >>> written.files
+    ('serve/model.data-00000-of-00001', 'serve/model.index')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+
+from ..errors import CorruptCheckpointError, Fix, InvalidOutputError, OutputExistsError
+from . import publish, storage, subset_manifest, tf_state
+from .tf_bundle.checksums import crc32c
+
+PROGRESS_AFTER_SECONDS = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What :func:`write_checkpoint` wrote: the ``output``, its format's name, the tensor ``names`` in
+    order, the bytes of their values, and the files that now make the checkpoint."""
+
+    output: str
+    format: str
+    names: tuple
+    nbytes: int
+    files: tuple
+
+
+def check_output(output, checkpoint_format, *, sources=(), overwrite=False) -> None:
+    """Refuse ``output`` when it is one of ``sources``, a directory, or an existing checkpoint (without
+    ``overwrite``): before anything is read or written."""
+    output = os.fspath(output)
+    for source in sources:
+        if _same_path(output, source):
+            raise InvalidOutputError(f"output '{output}' is the source checkpoint '{source}'; write to a new "
+                                     "path", path=output)
+    if storage.is_directory(output):
+        example = storage.join(output, "model" + (checkpoint_format.suffixes[:1] or ("",))[0])
+        raise InvalidOutputError(f"output '{output}' is a directory; name a checkpoint in it such as "
+                                 f"'{example}'", path=output)
+    existing = checkpoint_format.files(output)
+    if existing and not overwrite:
+        raise OutputExistsError(f"checkpoint '{output}' already exists ({existing[0]})", path=output,
+                                fixes=[Fix("overwrite", True, "to replace it")])
+
+
+@contextlib.contextmanager
+def writing(output, checkpoint_format, *, sources=(), overwrite=False):
+    """``with writing(output, fmt) as staged:`` write the checkpoint at ``staged``, then publish it.
+
+    Checks the output, creates its missing directories, takes the directory's writer lock and
+    removes what killed writers left; yields the staging path (``output`` itself where the file
+    system cannot rename). On an error the staged files and the directories it created go.
+    """
+    output = os.fspath(output)
+    check_output(output, checkpoint_format, sources=sources, overwrite=overwrite)
+    directory = storage.parent(output)
+    created = storage.make_directories(directory)
+    staged = output
+    try:
+        storage.hold_directory(directory)
+        storage.remove_abandoned(directory)
+        if storage.can_rename(output):
+            staged = publish.staging_name(output)
+        yield staged
+    except BaseException:
+        if staged != output:
+            publish.discard(checkpoint_format.files(staged))
+        for made in reversed(created):
+            storage.remove_directory(made)
+        raise
+
+
+def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), overwrite=False, metadata=None,
+                     manifest=None, progress=True) -> Written:
+    """Write ``tensors`` (``(name, array)``, or ``(name, array, (full shape, offset))`` for a part of a
+    partitioned variable where the format holds parts) as the checkpoint ``output``; see the module.
+
+    ``specs``: ``(name, shape, dtype name)`` of each tensor in the order they come (known before the
+    values, so formats whose header comes first can stream); ``metadata``: strings the format records;
+    ``manifest``: the subset manifest's content, written beside a TensorFlow checkpoint.
+    """
+    output = os.fspath(output)
+    expected, parts, nbytes = {}, set(), 0
+    with writing(output, checkpoint_format, sources=sources, overwrite=overwrite) as staged:
+        with _progress(sum(_nbytes(shape, dtype) for _, shape, dtype in specs), output, progress) as bar:
+            def counted():
+                nonlocal nbytes
+                for item in tensors:
+                    name, array = item[0], item[1]
+                    if len(item) == 3:
+                        parts.add(name)
+                    else:
+                        expected[name] = (tuple(array.shape), array.dtype, _crc_of(array))
+                    nbytes += array.nbytes
+                    bar.update(array.nbytes)
+                    yield item
+                    del item, array
+
+            staged_files = checkpoint_format.write(staged, counted(), final=output, specs=list(specs),
+                                                   metadata=dict(metadata or {}))
+        if staged != output:
+            verify(checkpoint_format, staged, expected, parts)
+        if checkpoint_format.keeps_state_file:
+            subset_manifest.remove_manifest(output)
+        publish.publish(staged_files, commit=checkpoint_format.commit_file(output),
+                        replaced=checkpoint_format.files(output))
+    if staged == output:  # object stores: verified where it now is
+        verify(checkpoint_format, output, expected, parts)
+    if manifest is not None:
+        subset_manifest.write_manifest(output, manifest)
+    if checkpoint_format.keeps_state_file:
+        tf_state.name_latest(output)
+    return Written(output, checkpoint_format.name, tuple(name for name, _, _ in specs), nbytes,
+                   tuple(checkpoint_format.files(output)))
+
+
+def verify(checkpoint_format, path, expected, parts=()) -> None:
+    """Read back every tensor ``expected`` (name -> (shape, dtype, CRC32C of the bytes given)) from the
+    checkpoint at ``path``, one at a time; its names must be those and ``parts``. CorruptCheckpointError
+    otherwise."""
+    names = {info.name for info in checkpoint_format.contents(path).tensors}
+    wanted = set(expected) | set(parts)
+    if names != wanted:
+        unexpected = sorted(names ^ wanted)
+        raise CorruptCheckpointError(f"checkpoint '{path}' holds {unexpected[:5]} unexpectedly; it was not completed",
+                                     path=path)
+    for name, value in checkpoint_format.read(path, list(expected)):
+        shape, dtype, checksum = expected[name]
+        if value.shape != shape or value.dtype != dtype or _crc_of(value) != checksum:
+            raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was "
+                                         "written; the disk or the file system lost bytes: write it again",
+                                         path=path)
+        del value
+
+
+def _crc_of(array) -> int:
+    import numpy as np
+
+    array = np.asarray(array)
+    if array.dtype.kind in "OSU":  # strings: their elements' bytes
+        return crc32c(b"\0".join(e if isinstance(e, bytes) else str(e).encode("utf-8") for e in array.reshape(-1)))
+    return crc32c(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def _nbytes(shape, dtype) -> int:
+    import numpy as np
+
+    try:
+        size = int(np.dtype(dtype).itemsize)
+    except TypeError:
+        size = 2  # bfloat16 and the other ml_dtypes names numpy does not know by name
+    count = 1
+    for dimension in shape:
+        count *= int(dimension)
+    return count * size
+
+
+def _same_path(a, b) -> bool:
+    a, b = os.fspath(a), os.fspath(b)
+    if storage.is_local(a) and storage.is_local(b):
+        return os.path.abspath(storage.local_path(a)) == os.path.abspath(storage.local_path(b))
+    return a.rstrip("/") == b.rstrip("/")
+
+
+@contextlib.contextmanager
+def _progress(total, output, wanted):
+    """A tqdm bar over the bytes written, shown on a terminal after PROGRESS_AFTER_SECONDS; else nothing."""
+    if not wanted or not sys.stderr.isatty():
+        yield _NoProgress()
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="B", unit_scale=True, desc=os.path.basename(output) or output,
+              delay=PROGRESS_AFTER_SECONDS, leave=False, file=sys.stderr) as bar:
+        yield bar
+
+
+class _NoProgress:
+    def update(self, count):
+        pass

@@ -1,0 +1,97 @@
+"""What every checkpoint format answers: the protocol behind the format registry.
+
+A format is one module with one object of a :class:`CheckpointFormat` subclass, listed in
+:mod:`~subsetsaver.formats.registry`. It recognises a path, lists the checkpoint's tensors
+(:class:`Contents`: names, shapes, dtypes in file order, read without the data), streams
+tensors out by name, writes a stream of tensors under a staging name, and names the files
+a checkpoint is made of and the one whose rename publishes it. Checking the output,
+verifying, publishing and locking are the one writer's
+(:mod:`~subsetsaver.formats.checkpoint_writer`), not the format's.
+
+Example::
+
+    >>> fmt = registry.format_of('train/model-9000')
+    >>> fmt.name, [t.name for t in fmt.contents('train/model-9000').tensors][:2]
+    ('name', ['conv_1/b', 'conv_1/w'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import UnknownFormatError
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a checkpoint: its name (what it is read by), shape, dtype name; for a TensorFlow
+    object-based checkpoint also its ``key`` in the file and its ``object_path``."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    key: str | None = None
+    object_path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Contents:
+    """A checkpoint's tensors in file order and what the file says of them: ``path`` (resolved: the
+    latest prefix of a directory), ``format`` (its name), ``object_graph`` (object-based checkpoints),
+    ``metadata`` (strings the file carries), ``recorded_roles`` (role -> names, where the file records them)."""
+
+    path: str
+    format: str
+    tensors: tuple
+    object_graph: object = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+    recorded_roles: dict | None = None
+
+
+class CheckpointFormat:
+    """The protocol; subclasses set the class attributes and implement the methods.
+
+    ``name``: how users name it (``--to NAME``); ``noun``: what one is called in a sentence; ``suffixes``: an output path ending so is written in
+    this format when none is named; ``holds_parts``: it can store a partitioned variable's parts;
+    ``keeps_state_file``: the directory's ``checkpoint`` state file names the newest one written.
+    """
+
+    name = ""
+    description = ""
+    noun = "checkpoint"  # what one is called in a sentence: "wrote portable file out.npz"
+    suffixes = ()
+    holds_parts = False
+    writable = True
+    keeps_state_file = False
+    dtypes = None  # the dtype names it holds; None: every dtype TensorFlow checkpoints hold
+
+    def recognises(self, path) -> bool:
+        """Whether ``path`` names an existing checkpoint of this format (cheap: names, a header)."""
+        raise NotImplementedError
+
+    def resolve(self, path) -> str:
+        """The checkpoint's own path for ``path`` (a directory's latest, a prefix for a file of it)."""
+        return str(path)
+
+    def contents(self, path) -> Contents:
+        """The tensors of the checkpoint at ``path``, read without their values."""
+        raise NotImplementedError
+
+    def read(self, path, names):
+        """Yield ``(name, array)`` for each of ``names``, one in memory at a time, each verified."""
+        raise NotImplementedError
+
+    def files(self, path) -> list:
+        """The files of the checkpoint at ``path`` that exist."""
+        raise NotImplementedError
+
+    def commit_file(self, path) -> str:
+        """The file of the checkpoint at ``path`` whose arrival publishes it (renamed last)."""
+        return str(path)
+
+    def write(self, staged, tensors, *, final, specs, metadata) -> dict:
+        """Write ``tensors`` (``(name, array)`` or, where ``holds_parts``, ``(name, array, (full shape,
+        offset))``) as a checkpoint at ``staged``, to be published as ``final``; ``specs``: ``(name,
+        shape, dtype)`` of each in order, known in advance; ``metadata``: strings to record.
+        Returns final file -> staged file."""
+        raise UnknownFormatError(f"subsetsaver does not write {self.description or self.name} checkpoints")

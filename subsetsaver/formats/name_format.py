@@ -1,0 +1,138 @@
+"""TensorFlow name-based checkpoints (what ``tf.compat.v1.train.Saver`` writes) in the format registry.
+
+A checkpoint is a prefix: ``PREFIX.index`` and its data shards, read and written by
+:mod:`~subsetsaver.formats.tf_bundle` without TensorFlow; a directory stands for the
+latest checkpoint its ``checkpoint`` state file names.
+
+Example::
+
+    >>> NAME.recognises('train/model-9000'), NAME.resolve('train/')
+    (True, 'train/model-9000')
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import CheckpointNotFoundError, CorruptCheckpointError
+from . import publish, storage, tf_bundle, tf_object_graph, tf_state
+from .format_protocol import CheckpointFormat, Contents, TensorInfo
+
+BOOKKEEPING = (tf_object_graph.OBJECT_GRAPH_KEY,)  # tensors that are the file's own, not a variable's
+
+
+def checkpoint_prefix(path) -> str:
+    """The checkpoint prefix behind ``path``: a prefix, a directory (its latest), or a file of it.
+
+    A directory that holds checkpoints but no ``checkpoint`` state file naming one is an
+    error that names them, never "no checkpoint".
+    """
+    path = os.fspath(path)
+    if storage.is_directory(path):
+        latest = tf_state.latest_checkpoint(path)
+        if latest is None:
+            raise unlisted_checkpoints_error(path) or CheckpointNotFoundError(
+                f"no checkpoint in directory '{path}' (no 'checkpoint' state file naming one)", path=path)
+        return latest
+    for suffix in (".index", ".meta"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    if ".data-" in path.rsplit("/", 1)[-1]:
+        path = path[: path.rindex(".data-")]
+    if not storage.exists(path + ".index"):
+        raise CheckpointNotFoundError(f"no checkpoint at '{path}' (expected '{path}.index')", path=path)
+    return path
+
+
+def unlisted_checkpoints_error(directory):
+    """The CheckpointNotFoundError for a directory whose checkpoints no state file names, or None
+    when it holds no checkpoint at all."""
+    prefixes = tf_state.unlisted_checkpoints(directory)
+    if not prefixes:
+        return None
+    shown = ", ".join(f"'{p}'" for p in prefixes[-3:]) + (f" and {len(prefixes) - 3} more" if len(prefixes) > 3 else "")
+    return CheckpointNotFoundError(
+        f"directory '{directory}' holds {len(prefixes)} checkpoint{'s' if len(prefixes) > 1 else ''} ({shown}) but "
+        f"no 'checkpoint' state file naming the latest; pass a prefix such as '{prefixes[-1]}', or write the "
+        "state file with tf.train.update_checkpoint_state", path=directory)
+
+
+def is_bundle(path) -> bool:
+    """Whether ``path`` names a TensorFlow checkpoint (a prefix, a file of one, or a directory of them)."""
+    try:
+        checkpoint_prefix(path)
+    except CheckpointNotFoundError:
+        return False
+    return True
+
+
+def open_checked(prefix):
+    """An open BundleReader of ``prefix`` whose data files all exist: checked after the whole index,
+    so that a damaged index is named before a missing file."""
+    reader = tf_bundle.BundleReader(prefix, require_data_files=False)
+    missing = [path for path in (tf_bundle.data_path(prefix, shard, reader.num_shards)
+                                 for shard in reader.data_shards())
+               if not storage.exists(path)]
+    if missing:
+        reader.close()
+        raise CorruptCheckpointError(f"checkpoint '{prefix}' is incomplete: {', '.join(missing[:3])} missing; copy "
+                                     "every file of the checkpoint", path=prefix)
+    return reader
+
+
+class BundleFormat(CheckpointFormat):
+    """What name-based and object-based checkpoints share: the bundle's files and its writer."""
+
+    holds_parts = True
+    keeps_state_file = True  # the directory's ``checkpoint`` file names the latest
+
+    def resolve(self, path) -> str:
+        return checkpoint_prefix(path)
+
+    def files(self, path) -> list:
+        return publish.bundle_files(path)
+
+    def commit_file(self, path) -> str:
+        return tf_bundle.index_path(path)
+
+    def _is_object_based(self, path) -> bool | None:
+        if not is_bundle(path):
+            return None
+        with tf_bundle.BundleReader(checkpoint_prefix(path), require_data_files=False) as reader:
+            return tf_object_graph.is_object_based(reader)
+
+
+class NameBasedFormat(BundleFormat):
+    name = "name"
+    description = "TensorFlow name-based (tf.compat.v1.train.Saver)"
+
+    def recognises(self, path) -> bool:
+        return self._is_object_based(path) is False
+
+    def contents(self, path) -> Contents:
+        prefix = checkpoint_prefix(path)
+        with open_checked(prefix) as reader:
+            tensors = tuple(TensorInfo(name, tuple(spec.shape), spec.dtype) for name, spec in sorted(reader.specs.items())
+                            if name not in BOOKKEEPING)
+        return Contents(prefix, self.name, tensors)
+
+    def read(self, path, names):
+        with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
+            for name in names:
+                yield name, reader.read(name)
+
+    def write(self, staged, tensors, *, final, specs, metadata) -> dict:
+        num_shards = publish.free_shard_count(final)
+        with tf_bundle.BundleWriter(staged, num_shards=num_shards, publish=False) as writer:
+            for item in tensors:
+                if len(item) == 3:
+                    name, array, (full_shape, offset) = item
+                    writer.add_slice(name, full_shape, offset, array)
+                else:
+                    writer.add(*item)
+                del item
+        return {tf_bundle.data_path(final, shard, num_shards): tf_bundle.data_path(staged, shard, num_shards)
+                for shard in range(num_shards)} | {tf_bundle.index_path(final): tf_bundle.index_path(staged)}
+
+
+NAME = NameBasedFormat()
