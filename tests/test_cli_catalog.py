@@ -188,7 +188,7 @@ def test_writing_commands_refuse_to_replace_without_force(saved_model, tmp_path,
     assert run_cli("convert", prefix, str(out)).returncode == 0  # missing directories are created
     again = run_cli("convert", prefix, str(out))
     assert again.returncode == 2
-    assert again.stderr.strip() == f"subsetsaver: error: '{out}' already exists ({out}); pass --force to replace it"
+    assert again.stderr.strip() == f"subsetsaver: error: checkpoint '{out}' already exists ({out}); pass --force to replace it"
     assert run_cli("convert", prefix, str(out), "--force").returncode == 0
     slim_out = tmp_path / "slim" / "model"
     assert run_cli("slim", prefix, "--keep", "trainable()", "-o", str(slim_out)).returncode == 0

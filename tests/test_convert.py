@@ -154,9 +154,9 @@ def test_bad_input_ends_in_one_line(tmp_path, run_cli):
     assert code == 0 and out.startswith(f"wrote portable file {tmp_path}/s.npz: 1 of 2 tensors")
 
     code, _, err = run_cli("convert", prefix, str(tmp_path / "out.bin"))
-    assert code == 2 and err.endswith(f"Error: OUTPUT '{tmp_path}/out.bin' is a checkpoint like SOURCE; name one "
-                                      "ending in '.npz' or '.safetensors', or pass --to (to keep part of a checkpoint, "
-                                      "use `subsetsaver slim`)\n")
+    assert (code, err) == (2, f"subsetsaver: error: output '{tmp_path}/out.bin' would be a checkpoint like its "
+                              "source; name one ending in '.npz' or '.safetensors' (to keep part of a checkpoint, use "
+                              "`subsetsaver slim`); pass --to npz to write another format\n")
     code, _, err = run_cli("convert", str(tmp_path / "missing.npz"), str(tmp_path / "x"))
-    assert (code, err) == (2, f"subsetsaver: error: no portable checkpoint at '{tmp_path}/missing.npz'\n")
+    assert (code, err) == (2, f"subsetsaver: error: no portable .npz checkpoint at '{tmp_path}/missing.npz'\n")
     assert not os.path.exists(tmp_path / "x.index")

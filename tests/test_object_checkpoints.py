@@ -198,7 +198,7 @@ def test_a_checkpoint_of_variables_names_them_by_full_name_or_object_path(tmp_pa
     code, out, err = run_cli("inspect", prefix, "--json")
     assert (code, err) == (0, "")
     assert json.loads(out) == {
-        "checkpoint": prefix, "format": "name", "kind": "object",
+        "checkpoint": prefix, "format": "object", "kind": "object",
         "tensors": [{"name": name, "shape": shape, "dtype": dtype, "bytes": nbytes, "trainable": True, "roles": [],
                      "collections": [], "slot_of": None, "object_path": path, "checkpoint_key": path + VALUE}
                     for name, shape, dtype, nbytes, path in [
@@ -335,7 +335,7 @@ def test_keep_leaves_out_slots_and_their_beta_powers(tf_keras_checkpoints, tmp_p
     assert (code, err) == (0, "")
     report = json.loads(out)
     assert (report["kind"], report["format"], report["source_format"], report["source_kind"]) == (
-        "checkpoint", "name", "name", "object")
+        "checkpoint", "name", "object", "object")
     assert report["renamed"] == {"Adam/iter": "global_step"} and report["derived"] == []
     assert sorted(tf.train.load_checkpoint(output).get_variable_to_shape_map()) == sorted(
         [name for name, _, _, _ in MODEL] + ["global_step"])
@@ -345,7 +345,7 @@ def test_keep_leaves_out_slots_and_their_beta_powers(tf_keras_checkpoints, tmp_p
     for name, path, _, _ in MODEL:
         assert bits(restored[name]) == bits(source_value(source, path)), name
     assert bits(restored["global_step"]) == bits(np.int64(1))
-    with pytest.raises(ValueError, match=f"^output '{source}' is the source checkpoint; write the name-based "):
+    with pytest.raises(ValueError, match=f"^output '{source}' is the source checkpoint '{source}'; write to a new path$"):
         convert.convert(source, source, to="name")
 
 
@@ -476,7 +476,8 @@ def test_convert_of_a_name_based_checkpoint_to_name_is_still_refused(tmp_path):
     with v1.Session(graph=graph) as sess:
         sess.run(init)
         prefix = saver.save(sess, str(tmp_path / "s"), write_meta_graph=False)
-    with pytest.raises(ValueError, match="is already a name checkpoint; to select tensors of it, use `subsetsaver slim`"):
+    with pytest.raises(ValueError, match=r"would be a checkpoint like its source; .* \(to keep part of a checkpoint, use "
+                                         "`subsetsaver slim`\); pass to='npz' to write another format"):
         convert.convert(prefix, str(tmp_path / "t"), to="name")
 
 

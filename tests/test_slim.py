@@ -90,7 +90,7 @@ def test_refuses_to_overwrite_or_to_write_over_the_source(tmp_path, adam_checkpo
     assert replaced.kept == ("fc/b", "fc/w")
     with pytest.raises(ValueError) as error:
         slim(prefix, "trainable()", prefix)
-    assert str(error.value) == f"output '{prefix}' is the source checkpoint; write the slim checkpoint to a new prefix"
+    assert str(error.value) == f"output '{prefix}' is the source checkpoint '{prefix}'; write to a new path"
     assert sorted(f for f in os.listdir(tmp_path) if f.startswith(".")) == []  # no workspace left behind
 
 

@@ -25,6 +25,7 @@ import re
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError, UnsupportedDtypeError
 from . import storage
+from .tf_bundle.checksums import crc32c
 
 # safetensors dtype codes -> numpy dtype names (bfloat16 and float8 through ml_dtypes)
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
@@ -139,8 +140,6 @@ def write(path, tensors, metadata=None, *, specs) -> dict:
     atomically, holding one at a time: ``specs`` (``(name, shape, dtype name)`` of each, known in
     advance) make the header, which comes first. Returns ``{name: CRC32C of its bytes}``."""
     import numpy as np
-
-    from .tf_bundle.checksums import crc32c
 
     specs = [(name, tuple(int(d) for d in shape), str(dtype)) for name, shape, dtype in specs]
     fields, offset = {}, 0

@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from .. import catalog as catalog_module
-from ..errors import CheckpointMismatchError, InvalidOutputError, UnsupportedDtypeError
+from ..errors import CheckpointMismatchError, Fix, InvalidOutputError, UnsupportedDtypeError
 from ..formats import checkpoint_writer, registry, subset_manifest
 from ..planning import renamed_names
 from ..selectors import as_selector
@@ -88,10 +88,12 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
     source_format = registry.format_of(source)
     source, output = source_format.resolve(os.fspath(source)), os.fspath(output)
     if output_format is source_format:
+        others = [known for known in registry.FORMATS if known.writable and known is not source_format]
+        endings = " or ".join(f"'{suffix}'" for known in others for suffix in known.suffixes)
         raise InvalidOutputError(
-            f"'{source}' is already a {output_format.name} checkpoint; to select tensors of it, use `subsetsaver "
-            "slim`" if output_format.name == "name" else
-            f"'{source}' and '{output}' are both {output_format.name} files; convert to another format", path=output)
+            f"output '{output}' would be a {output_format.noun} like its source; name one ending in {endings} "
+            "(to keep part of a checkpoint, use `subsetsaver slim`)", path=output,
+            fixes=[Fix("to", others[0].name, "to write another format")])
     if not output_format.writable:
         raise InvalidOutputError(f"{output_format.description} checkpoints are written from a model: "
                                  "convert --to object --model MODULE:FUNCTION", path=output)

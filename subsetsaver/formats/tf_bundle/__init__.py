@@ -29,6 +29,7 @@ Example::
 
 from .index import FormatVersion, TensorSpec, data_path, index_path
 from .reader import BundleReader
-from .writer import BundleWriter, write
+from .writer import BundleWriter, publish_staged, write
 
-__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "write"]
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "publish_staged",
+           "write"]
