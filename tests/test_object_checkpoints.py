@@ -477,7 +477,7 @@ def test_convert_of_a_name_based_checkpoint_to_name_is_still_refused(tmp_path):
         sess.run(init)
         prefix = saver.save(sess, str(tmp_path / "s"), write_meta_graph=False)
     with pytest.raises(ValueError, match=r"would be a checkpoint like its source; .* \(to keep part of a checkpoint, use "
-                                         "`subsetsaver slim`\); pass to='npz' to write another format"):
+                                         r"`subsetsaver slim`\); pass to='npz' to write another format"):
         convert.convert(prefix, str(tmp_path / "t"), to="name")
 
 
