@@ -522,6 +522,9 @@ def torn_directory(directory, how):
                 old_index = handle.read()
             sess.run(fill, {step: 5})
             the_plan.save(sess, os.path.join(directory, "model"), global_step=2)
+            # (the replacement's data took the other shard count's names: put it where the old index looks)
+            os.replace(prefix + ".data-00000-of-00002", prefix + ".data-00000-of-00001")
+            os.remove(prefix + ".data-00001-of-00002")
             with open(prefix + ".index", "wb") as handle:
                 handle.write(old_index)
         else:  # MergeV2Checkpoints killed while writing the merged .index in place

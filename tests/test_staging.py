@@ -20,14 +20,15 @@ import tensorflow as tf
 
 import subsetsaver as ss
 from subsetsaver.formats import local_files as files
+from subsetsaver.formats import storage
 from subsetsaver.formats import subset_manifest as manifest_module
 from subsetsaver.planning import staging
 
 v1 = tf.compat.v1
 
 # step name -> where the child dies (see child_save)
-KILL_POINTS = ["before the state redirect", "after the state redirect", "after removing the old index",
-               "before linking the index", "before the final state", "before deleting old checkpoints"]
+KILL_POINTS = ["before the first data file", "before the index", "after the index", "before the final state",
+               "before deleting old checkpoints"]
 
 
 def build(sharded=False, finalize=True):
@@ -51,31 +52,27 @@ def build(sharded=False, finalize=True):
 def child_save(directory, kill_point, sharded, numbered):
     """Save step 1, then step 2 dying at ``kill_point`` (None: survive); numbered: model-1, model-2."""
     graph, the_plan, fill, step = build(sharded)
-    state_writes = []
-    original_write_state, original_link_over = staging._write_state, staging._link_over
+    original_write_state, original_rename = staging._write_state, storage.rename
 
     def write_state(saver, directory_, latest, all_paths, latest_filename):
-        state_writes.append(latest)
-        redirect = STAGING in os.path.basename(latest)
-        if (kill_point == "before the state redirect" and redirect) or (
-                kill_point == "before the final state" and not redirect):
+        if kill_point == "before the final state":
             os._exit(9)
         original_write_state(saver, directory_, latest, all_paths, latest_filename)
-        if kill_point == "after the state redirect" and redirect:
-            os._exit(9)
 
-    def link_over(source, target, temporary):
-        if kill_point == "after removing the old index" or (
-                kill_point == "before linking the index" and target.endswith(".index")):
+    def rename(source, target):
+        if kill_point == "before the first data file" or (
+                kill_point == "before the index" and target.endswith(".index")):
             os._exit(9)
-        original_link_over(source, target, temporary)
+        original_rename(source, target)
+        if kill_point == "after the index" and target.endswith(".index"):
+            os._exit(9)
 
     with v1.Session(graph=graph) as sess:
         the_plan.restore_or_initialize(sess, None)
         sess.run(fill, {step: 1})
         the_plan.save(sess, os.path.join(directory, "model"), global_step=1 if numbered else None)
         sess.run(fill, {step: 2})
-        staging._write_state, staging._link_over = write_state, link_over
+        staging._write_state, storage.rename = write_state, rename
         saver = the_plan.saver
         if kill_point == "before deleting old checkpoints":
             saver._MaybeDeleteOldCheckpoints = lambda **_: os._exit(9)
@@ -156,20 +153,14 @@ def test_a_kill_at_any_step_of_an_overwrite_leaves_a_whole_checkpoint(zygote, ch
     latest = tf.train.latest_checkpoint(str(tmp_path))
     assert latest is not None, os.listdir(tmp_path)
     report, values = checker(str(tmp_path))
-    assert report.checkpoint == latest
-    point = KILL_POINTS.index(kill_point)
-    assert_step(values, 1 if point == 0 else 2, kill_point)
-    # from the redirect until the final state, the state file names the staged copy
-    assert (STAGING in os.path.basename(latest)) == (1 <= point <= 4), latest
     final = str(tmp_path / "model")
-    in_final = [1, 1, None, None, 2, 2][point]  # the old .index goes before the new one comes
-    if in_final is None:
-        assert not os.path.exists(final + ".index")
-    else:
-        assert_step(read_checkpoint(final), in_final, "the final name")
+    assert report.checkpoint == latest == final  # the state file only ever names the final prefix
+    step = 2 if KILL_POINTS.index(kill_point) >= KILL_POINTS.index("after the index") else 1
+    assert_step(values, step, kill_point)  # the old checkpoint until the new .index replaces it, then the new
+    assert_step(read_checkpoint(final), step, "the final name, read by TensorFlow")
 
 
-@pytest.mark.parametrize("kill_point", KILL_POINTS[3:])
+@pytest.mark.parametrize("kill_point", KILL_POINTS[1:])
 def test_a_kill_during_a_numbered_save_keeps_the_previous_checkpoint(zygote, checker, tmp_path, kill_point):
     assert zygote(directory=str(tmp_path), kill_point=kill_point, sharded=False, numbered=True) == 9
     report, values = checker(str(tmp_path))
@@ -181,18 +172,20 @@ def test_a_kill_during_a_numbered_save_keeps_the_previous_checkpoint(zygote, che
         assert_step(read_checkpoint(str(tmp_path / "model-2")), 2, "model-2")
 
 
-def test_the_next_save_removes_what_a_killed_save_left_and_matches_the_savers_files(zygote, tmp_path):
-    assert zygote(directory=str(tmp_path), kill_point="before linking the index", sharded=True, numbered=True) == 9
+def test_the_next_save_removes_what_a_killed_save_left(zygote, tmp_path):
+    assert zygote(directory=str(tmp_path), kill_point="before the index", sharded=True, numbered=True) == 9
     left = sorted(name for name in os.listdir(tmp_path) if STAGING in name)
     assert left, "the killed save left no staged files to clean up"
     assert zygote(directory=str(tmp_path), kill_point=None, sharded=False, numbered=True) == 0
     names = sorted(os.listdir(tmp_path))
     assert not [name for name in names if STAGING in name], names
-    # max_to_keep=2 kept model-1 and model-2 of the surviving process; the dead process's model-2
-    # .data shards were replaced by the survivor's
-    assert names == ["checkpoint", "model-1.data-00000-of-00001", "model-1.index", "model-1.meta",
-                     "model-1.subset.json", "model-2.data-00000-of-00001", "model-2.index", "model-2.meta",
-                     "model-2.subset.json"]
+    # max_to_keep=2 kept model-1 and model-2 of the surviving process. Each replaced a checkpoint of the
+    # dead process (model-1 whole, model-2's data files published before its .index), so each took the other
+    # shard count's names, and the dead process's files went once the new .index was in place.
+    assert names == ["checkpoint", "model-1.data-00000-of-00002", "model-1.data-00001-of-00002", "model-1.index",
+                     "model-1.meta", "model-1.subset.json", "model-2.data-00000-of-00002",
+                     "model-2.data-00001-of-00002", "model-2.index", "model-2.meta", "model-2.subset.json"]
+    assert read_checkpoint(str(tmp_path / "model-2"))["global_step"] == 2
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert state.model_checkpoint_path == str(tmp_path / "model-2")
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "model-1"), str(tmp_path / "model-2")]

@@ -110,6 +110,13 @@ class GFileFiles:
     def remove_abandoned(self, directory) -> list:
         return []
 
+    def modified(self, path) -> int:
+        tf = _gfile()
+        try:
+            return tf.io.gfile.stat(path).mtime_nsec
+        except tf.errors.OpError as error:
+            raise FileNotFoundError(path) from error
+
     def identity(self, path):
         return None
 

@@ -186,6 +186,9 @@ class LocalFiles:
     def remove_abandoned(self, directory) -> list:
         return remove_abandoned(local_path(directory))
 
+    def modified(self, path) -> int:
+        return os.stat(local_path(path)).st_mtime_ns
+
     def identity(self, path):
         """(device, inode, size, times) of ``path``: equal for the same unchanged file; None when absent."""
         try:

@@ -30,7 +30,7 @@ from .gfile_files import GFILE
 from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
-           "identity", "is_directory", "is_local", "join", "list_directory", "local_path", "make_directories",
+           "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
            "open_reader", "parent", "read_bytes", "remove", "remove_abandoned", "remove_directory", "rename",
            "replacing", "scheme", "size", "sync_directory", "temporary_name", "write_bytes"]
 
@@ -158,6 +158,11 @@ def hold_directory(directory) -> None:
 def remove_abandoned(directory) -> list:
     """Delete the temporary files that killed writers left in ``directory``; returns their names."""
     return backend(directory or ".").remove_abandoned(os.fspath(directory) or ".")
+
+
+def modified(path) -> int:
+    """When ``path`` was last written, in nanoseconds since the epoch; FileNotFoundError when absent."""
+    return backend(path).modified(os.fspath(path))
 
 
 def identity(path):

@@ -19,9 +19,8 @@ import os
 import re
 
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import npz, npz_state
+from ..formats import npz, npz_state, storage
 from ..formats.npz import entry_spec
-from ..formats.storage import hold_directory, remove_abandoned
 from .npz_layout import check_storable, compare_with_manifest, layout_of
 from .npz_ops import ops_for
 from .reports import describe_all
@@ -81,7 +80,7 @@ class NpzBackend:
         if extra:
             global_step = fetched[0]
         path = self._path(os.fspath(save_path), global_step)
-        hold_directory(os.path.dirname(path))
+        storage.hold_directory(storage.parent(path))
         npz.write(path, arrays, metadata={"source": "plan", "global_step": _step_json(global_step)},
                   array_info=self._ops.save.array_info, checksum=self.checksum, describe=False)
         if path in self._kept:
@@ -96,9 +95,8 @@ class NpzBackend:
         if write_state:
             self._write_state(os.path.dirname(path), path, latest_filename or STATE_FILENAME)
         for old in retired:
-            _remove(old)
-        if "://" not in path:  # what saves killed midway left here (the state file never names it)
-            remove_abandoned(os.path.dirname(path))
+            storage.remove(old)
+        storage.remove_abandoned(storage.parent(path))  # what saves killed midway left (no state file names it)
         return path
 
     def _path(self, save_path, global_step):
@@ -153,23 +151,19 @@ class NpzBackend:
 
     @staticmethod
     def exists(prefix) -> bool:
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(prefix)
+        return storage.exists(prefix)
 
     @classmethod
     def prefix(cls, path) -> str:
         """The ``.npz`` file behind ``path``: the file, ``path + '.npz'``, or a directory's latest."""
-        import tensorflow as tf
-
         path = os.fspath(path)
-        if tf.io.gfile.isdir(path):
+        if storage.is_directory(path):
             latest = cls.latest_checkpoint(path)
             if latest is None:
                 raise CheckpointNotFoundError(f"no portable checkpoint (.npz) in directory '{path}'")
             return latest
         for candidate in (path, path + ".npz"):
-            if tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+            if storage.exists(candidate) and not storage.is_directory(candidate):
                 return candidate
         raise CheckpointNotFoundError(f"no portable checkpoint at '{path}' (nor '{path}.npz')")
 
@@ -185,18 +179,7 @@ def _step_json(step):
 
 
 def _join(directory, name):
-    if not directory:
-        return name
-    return directory.rstrip("/") + "/" + name
-
-
-def _remove(path):
-    import tensorflow as tf
-
-    try:
-        tf.io.gfile.remove(path)
-    except tf.errors.NotFoundError:
-        pass
+    return storage.join(directory, name) if directory else name
 
 
 _STEP = re.compile(r"-(\d+)\.npz$")
@@ -204,11 +187,9 @@ _STEP = re.compile(r"-(\d+)\.npz$")
 
 def _candidates(directory):
     """``.npz`` files of ``directory``, newest first: highest step, then latest modification."""
-    import tensorflow as tf
-
     try:
-        names = tf.io.gfile.listdir(directory)
-    except tf.errors.NotFoundError:
+        names = storage.list_directory(directory)
+    except OSError:
         return []
     ranked = []
     for name in names:
@@ -217,8 +198,8 @@ def _candidates(directory):
         path = _join(directory, name)
         match = _STEP.search(name)
         try:
-            modified = tf.io.gfile.stat(path).mtime_nsec
-        except tf.errors.OpError:
+            modified = storage.modified(path)
+        except OSError:
             continue
         ranked.append((int(match.group(1)) if match else -1, modified, path))
     return [path for _, _, path in sorted(ranked, reverse=True)]

@@ -7,18 +7,17 @@ leaves a torn checkpoint under the final name, and when the save overwrote a pre
 ``global_step``) the only checkpoint there was is gone.
 
 Here the Saver writes to a hidden staging prefix beside the target
-(``.model-100.tmp-HOST-PID-RANDOM``). The staged files are then linked under the final
-names, the ``.index`` last: a checkpoint exists once its ``.index`` does, so no reader
-ever sees a mix of old and new files. An overwrite first points the state file at the
-complete staged copy and removes the old ``.index``, so at every moment the state file
-names a complete checkpoint. Only then does the Saver record the checkpoint, rewrite the
-state file and delete the checkpoints past ``max_to_keep``, as ``Saver.save`` does.
-Staged files that a killed process left behind are deleted by the next save on the same
-host into the same directory.
+(``.model-100.tmp-HOST-PID-RANDOM``), which is then published
+(:func:`subsetsaver.formats.tf_bundle.publish_staged`): the data files under names the
+checkpoint being replaced does not use, the ``.index`` last, so at every instant the final
+prefix is the old checkpoint or the new one, whole. Only then does the Saver record the
+checkpoint, rewrite the state file and delete the checkpoints past ``max_to_keep``, as
+``Saver.save`` does. Staged files that a killed process left behind are deleted by the
+next save on the same host into the same directory; the directory's writer lock keeps a
+second process out.
 
-Like ``Saver.save`` this does not fsync: it guards against a killed process, not against
-a power cut. Paths with a scheme (``gs://``, ``ram://``) are saved by the Saver directly:
-object stores publish each object whole when it is closed.
+Paths with a scheme (``gs://``, ``ram://``) are saved by the Saver directly: object stores
+publish each object whole when it is closed.
 
 Example::
 
@@ -28,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import numbers
@@ -35,7 +35,8 @@ import os
 import shutil
 
 from .. import tf_internals
-from ..formats.storage import fsync_directory, hold_directory, remove_abandoned, temporary_name
+from ..formats import publish, tf_bundle
+from ..formats.storage import hold_directory, remove_abandoned
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,19 +81,13 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
     except BaseException:
         remove_checkpoint_files(staged)
         raise
-    overwrite = os.path.exists(final + ".index")
-    if overwrite and write_state:
-        # While the old .index is gone and the new one not yet in place, the state file names the staged copy.
-        others = [path for path in saver.last_checkpoints if path != final]
-        _write_state(saver, directory, staged, others + [staged], latest_filename)
-    _publish(staged, final)
+    tf_bundle.publish_staged(staged, final)
+    remove_checkpoint_files(staged)  # what SaveV2 left beside its files, if anything
     if write_state:
         tf_internals.saver_record_checkpoint(saver, final)
         _write_state(saver, directory, final, saver.last_checkpoints, latest_filename)
         tf_internals.saver_retire_old_checkpoints(saver, meta_graph_suffix)
-    remove_checkpoint_files(staged)
-    if write_state:  # the state file no longer names an abandoned staged copy
-        remove_abandoned(directory)
+    remove_abandoned(directory)
     return final
 
 
@@ -109,49 +104,16 @@ def saved_prefix(saver, sess, save_path, global_step) -> str:
 
 def staging_prefix(final) -> str:
     """A hidden, unique prefix beside ``final``: ``DIR/.BASE.tmp-HOST-PID-RANDOM``."""
-    directory, base = os.path.split(final)
-    return os.path.join(directory, "." + temporary_name(base))
-
-
-def data_files(prefix) -> list:
-    """The ``PREFIX.data-NNNNN-of-NNNNN`` shard files on disk."""
-    return sorted(glob.glob(glob.escape(prefix) + ".data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"))
+    return publish.staging_name(final)
 
 
 def remove_checkpoint_files(prefix) -> None:
     """Delete ``prefix``'s .index, data shards and sharded-save temporary directory, if any."""
-    linking = prefix + "-link"
     temporary = glob.glob(glob.escape(prefix) + "*.tempstate*")  # SaveV2's own, of a save killed midway
-    for path in [prefix + ".index", linking + ".index"] + data_files(prefix) + data_files(linking) + temporary:
-        try:
+    for path in publish.bundle_files(prefix) + temporary:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:
-            pass
     shutil.rmtree(prefix + "_temp", ignore_errors=True)
-
-
-def _publish(staged, final):
-    """Link the staged files under the final names, the .index last; the staged copy stays whole."""
-    old_data = data_files(final)
-    if os.path.exists(final + ".index"):
-        os.remove(final + ".index")  # from here on `final` is no checkpoint, rather than a torn one
-    new_data = []
-    for path in data_files(staged):
-        new_data.append(final + path[len(staged):])
-        _link_over(path, new_data[-1], staged + "-link" + path[len(staged):])
-    _link_over(staged + ".index", final + ".index", staged + "-link.index")
-    for path in set(old_data) - set(new_data):  # shards of an overwritten checkpoint with another shard count
-        os.remove(path)
-    fsync_directory(os.path.dirname(final))
-
-
-def _link_over(source, target, temporary):
-    """Make ``target`` name ``source``'s content in one atomic rename (a hard link, or a copy where links fail)."""
-    try:
-        os.link(source, temporary)
-    except OSError:
-        shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
 
 
 def _write_state(saver, directory, latest, all_paths, latest_filename):

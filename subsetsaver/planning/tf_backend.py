@@ -20,7 +20,7 @@ import threading
 
 from .. import tf_internals
 from ..catalog import checkpoint_contents, checkpoint_prefix, unlisted_checkpoints_error
-from ..formats import tf_state
+from ..formats import publish, storage, tf_state
 from .restore_ops import CheckpointRestoreOps
 from .staging import staged_saver_class
 
@@ -128,23 +128,11 @@ def cached_contents(prefix) -> dict:
 
 
 def _data_file_names(prefix) -> tuple:
-    directory, base = os.path.split(prefix)
-    try:
-        return tuple(sorted(name for name in os.listdir(directory) if name.startswith(base + ".data-")))
-    except OSError:
-        return ()
+    return tuple(publish.data_files(prefix))
 
 
-def _files_identity(prefix, data_names):
-    """``(device, inode, size, mtime_ns)`` of ``PREFIX.index``, and ``data_names`` (files beside it) each
-    with theirs; None when one of them cannot be read."""
-    directory = os.path.dirname(prefix)
-
-    def identity(path):
-        found = os.stat(path)
-        return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
-
-    try:
-        return identity(prefix + ".index"), tuple((name, identity(os.path.join(directory, name))) for name in data_names)
-    except OSError:
-        return None
+def _files_identity(prefix, data_paths):
+    """The identity (device, inode, size, times) of ``PREFIX.index`` and of each of ``data_paths``;
+    None when one of them cannot be read."""
+    found = [storage.identity(path) for path in (prefix + ".index", *data_paths)]
+    return None if None in found else tuple(found)
