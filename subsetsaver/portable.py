@@ -29,7 +29,7 @@ import weakref
 
 from . import catalog as catalog_module
 from .errors import CheckpointMismatchError
-from .formats import npz
+from .formats import npz, storage
 from .formats.npz import entry_spec, evict_oldest
 from .planning.npz_layout import check_storable, compare_with_manifest, layout_of
 from .planning.npz_ops import ops_for, save_fetches_for
@@ -150,7 +150,7 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
 
     The values are fetched in runs of about 32 MB and written as they come (call it between
     training steps: runs are separate ``session.run`` calls); the file is written atomically through
-    the local filesystem or ``tf.io.gfile`` (``ram://``, ``gs://``, ...). ``checksum``:
+    the file layer (:mod:`subsetsaver.formats.storage`), under the directory's writer lock. ``checksum``:
     'crc32' or 'sha256' per array (see :func:`subsetsaver.formats.npz.write`). Returns ``path``.
 
     >>> save_npz(sess, 'model.npz', ss.trainable() | ss.bn_stats())
@@ -161,6 +161,8 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     check_storable(layouts)
     fetches = save_fetches_for(graph, layouts)
     path = os.fspath(path)
+    storage.hold_directory(storage.parent(path))  # one writing process per directory
+    storage.remove_abandoned(storage.parent(path))
     _, arrays = fetches.stream(
         sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
     npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"}, array_info=fetches.array_info,

@@ -9,7 +9,7 @@ from .. import catalog, keras
 from ..formats import registry
 from ..selectors import format_bytes
 from ..tools import convert
-from .options import parse_remap
+from .options import FORMAT_NAME, parse_remap
 from .output import echo_json
 
 
@@ -18,9 +18,10 @@ from .output import echo_json
 @click.argument("output")
 @click.option("--keep", metavar="EXPR", help="Selector of the tensors to convert (default: all), e.g. \"~slots()\"; "
               "with --to object, of the model's weights to load.")
-@click.option("--to", "to", type=click.Choice(registry.names()),
-              help="Format of OUTPUT (default: from its extension; a path without .npz or .safetensors is "
-                   "a TensorFlow checkpoint prefix, 'name'); 'object': a TF2 object-based checkpoint of --model.")
+@click.option("--to", "to", type=FORMAT_NAME, metavar="FORMAT",
+              help="Format of OUTPUT: name, npz, safetensors, object or any registered format (default: from its "
+                   "extension; a path without .npz or .safetensors is a TensorFlow checkpoint prefix, 'name'); "
+                   "'object': a TF2 object-based checkpoint of --model.")
 @click.option("--model", "model", metavar="MODULE:FUNCTION",
               help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
                    "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")

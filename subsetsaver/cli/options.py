@@ -8,6 +8,8 @@ Example::
 
 import click
 
+from ..formats import registry
+
 
 def parse_remap(pairs):
     """``('OLD=NEW', ...)`` of repeated ``--remap`` flags -> ``{OLD: NEW}`` (None when there are none)."""
@@ -19,3 +21,18 @@ def parse_remap(pairs):
                                      param_hint="--remap")
         remap[source] = target
     return remap or None
+
+
+class FormatName(click.ParamType):
+    """A checkpoint format's name, checked against the registry when the command runs (so a format
+    registered after import is accepted too)."""
+
+    name = "format"
+
+    def convert(self, value, param, ctx):
+        if value in registry.names():
+            return value
+        self.fail(f"{value!r} is not a format; the formats are {', '.join(sorted(registry.names()))}", param, ctx)
+
+
+FORMAT_NAME = FormatName()

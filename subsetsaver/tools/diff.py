@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import os
 
 import numpy as np
 
@@ -151,9 +150,7 @@ def _side(source) -> _Side:
     if hasattr(source, "run") and hasattr(source, "graph"):
         cat = catalog_module.load(source.graph)
         return _Side("session", cat, lambda names: _session_tensors(source, cat, names))
-    path = os.fspath(source)
-    if catalog_module.file_format(path) == "name":
-        path = catalog_module.checkpoint_prefix(path)
+    path = catalog_module.source_path(source)
     return _Side(path, catalog_module.file_catalog(path), lambda names: catalog_module.read_tensors(path, names))
 
 
