@@ -1,0 +1,119 @@
+"""The one writer: output checks, the directory lock, verification before publishing, permissions, leftovers."""
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import subsetsaver as ss
+from subsetsaver.formats import checkpoint_writer, registry, tf_bundle
+
+VALUES = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64)}
+SPECS = [(name, value.shape, value.dtype.name) for name, value in VALUES.items()]
+FORMATS = [("name", "out/model"), ("npz", "out/model.npz"), ("safetensors", "out/model.safetensors")]
+
+
+def _files(directory):
+    return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+
+
+@pytest.mark.parametrize("format_name,relative", FORMATS)
+def test_outputs_follow_the_umask_and_read_back(tmp_path, format_name, relative):
+    output = str(tmp_path / relative)
+    old = os.umask(0o002)  # group-writable: a writer that forces 0o644 or 0o600 is caught
+    try:
+        written = checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS,
+                                                     checkpoint_format=registry.named(format_name))
+    finally:
+        os.umask(old)
+    modes = {os.path.basename(path): stat.S_IMODE(os.stat(path).st_mode) for path in written.files}
+    assert set(modes.values()) == {0o664}, modes
+    got = dict(ss.catalog.read_tensors(output, list(VALUES)))
+    for name, value in VALUES.items():
+        assert got[name].dtype == value.dtype and np.array_equal(got[name], value)
+
+
+@pytest.mark.parametrize("format_name,relative", FORMATS)
+def test_a_failed_write_leaves_the_old_output_and_no_directory_it_made(tmp_path, format_name, relative):
+    checkpoint_format = registry.named(format_name)
+
+    def failing():
+        yield "a", VALUES["a"]
+        raise OSError(28, "No space left on device")
+
+    fresh = str(tmp_path / "new" / "dir" / os.path.basename(relative))
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint_writer.write_checkpoint(fresh, failing(), specs=SPECS, checkpoint_format=checkpoint_format)
+    assert not (tmp_path / "new").exists()  # the directories it created are gone again
+
+    output = str(tmp_path / relative)
+    checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS, checkpoint_format=checkpoint_format)
+    before = {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")}
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint_writer.write_checkpoint(output, failing(), specs=SPECS, checkpoint_format=checkpoint_format,
+                                           overwrite=True)
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")} == before
+
+
+def test_bytes_that_read_back_wrong_are_never_published(tmp_path, monkeypatch):
+    output = str(tmp_path / "model")
+    checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS, checkpoint_format=registry.NAME)
+    before = {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)}
+    real = registry.NAME.read
+
+    def flipped(path, names):
+        for name, value in real(path, names):
+            yield name, value + 1 if name == "a" else value
+
+    monkeypatch.setattr(registry.NAME, "read", flipped)
+    with pytest.raises(ss.CorruptCheckpointError) as error:
+        checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS, checkpoint_format=registry.NAME,
+                                           overwrite=True)
+    assert "tensor 'a' reads back other than it was written" in str(error.value)
+    assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
+
+
+def test_an_existing_output_is_refused_with_its_fix(tmp_path):
+    output = str(tmp_path / "model")
+    tf_bundle.write(output, VALUES)
+    with pytest.raises(ss.OutputExistsError) as error:
+        checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS, checkpoint_format=registry.NAME)
+    assert str(error.value) == (f"checkpoint '{output}' already exists ({output}.data-00000-of-00001); pass "
+                                "overwrite=True to replace it")
+    assert (error.value.reason, error.value.fixes, error.value.path) == (
+        f"checkpoint '{output}' already exists ({output}.data-00000-of-00001)",
+        (ss.Fix("overwrite", True, "to replace it"),), output)
+    with pytest.raises(ss.InvalidOutputError, match="is a directory; name a checkpoint in it such as"):
+        checkpoint_writer.write_checkpoint(str(tmp_path), iter(()), specs=[], checkpoint_format=registry.NPZ)
+
+
+def test_a_second_writing_process_is_refused_at_once_naming_the_first(tmp_path, run_cli):
+    source = str(tmp_path / "source")
+    tf_bundle.write(source, VALUES)
+    (tmp_path / "out").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from subsetsaver.formats import storage
+            storage.hold_directory({str(tmp_path / 'out')!r})
+            print('held', flush=True)
+            sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = run_cli("convert", source, str(tmp_path / "out" / "model.npz"))
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == (
+            f"subsetsaver: error: another process is writing checkpoints in '{tmp_path}/out' (process "
+            f"{holder.pid}); two writers in one directory replace each other's files: give each its own directory, "
+            "or stop the other process first\n")
+        assert _files(tmp_path / "out") == []
+    finally:
+        holder.stdin.close()
+        holder.wait(60)
+    assert run_cli("convert", source, str(tmp_path / "out" / "model.npz")).returncode == 0
