@@ -1,5 +1,13 @@
 """Checkpoint files and durable writes: the bottom floor, with no TensorFlow graph code.
 
+- ``registry``: every checkpoint format, found by path or by name; each is one module behind
+  the protocol of ``format_protocol`` (recognise a path, list its tensors, stream them out,
+  write a stream): ``name_format`` (TensorFlow name-based), ``object_format`` (TensorFlow
+  object-based), ``npz_format``, ``safetensors_format``.
+- ``checkpoint_writer``: the one writer every writing command uses (checks the output, takes
+  the directory's lock, streams, verifies, publishes, names the latest).
+- ``publish``: putting a written checkpoint in place so that at every instant the old or the
+  new one restores whole; the listing of a checkpoint prefix's files.
 - ``storage``: the file layer: every file question (exists, list, ranged reads, atomic
   writes, rename, remove, the writer lock) for local paths and URLs, answered by one
   backend per scheme: ``local_files`` (the operating system; durable writes, ``flock``),
@@ -31,5 +39,6 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["gfile_files", "local_files", "npz", "npz_state", "safetensors_file", "storage", "subset_manifest",
-           "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]
+__all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "name_format", "npz", "npz_format",
+           "npz_state", "object_format", "publish", "registry", "safetensors_file", "safetensors_format", "storage",
+           "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]
