@@ -57,8 +57,13 @@ class SubsetSaverError(Exception):
 
 
 def with_fixes(reason, remedies) -> str:
-    """``reason``, then each remedy after a semicolon."""
-    return "; ".join([reason, *remedies]) if remedies else reason
+    """``reason``, then each remedy after a semicolon (on a line of its own, as a sentence, when the
+    reason has several lines)."""
+    if not remedies:
+        return reason
+    if "\n" in reason:
+        return "\n".join([reason, *(remedy[:1].upper() + remedy[1:] + "." for remedy in remedies)])
+    return "; ".join([reason, *remedies])
 
 
 class SelectorSyntaxError(SubsetSaverError, ValueError):

@@ -17,8 +17,6 @@ import re
 _REMAP = re.compile(r"pass remap=(\{[^}]*\})(?: to ss\.plan)?")
 _REMAP_RULES = re.compile(r"remap rule ((?:'[^']*': '[^']*'(?:, )?)+)")
 _RULE = re.compile(r"'([^']*)': '([^']*)'")
-_ALLOW_EMPTY = "Pass allow_empty=True (or use nothing()) if an empty selection is intended."
-ALLOW_EMPTY_COMMANDS = frozenset({"select"})
 _KERAS_ADVICE = (  # what loading into a Keras model advises, as `convert --to object` flags
     ("pair the names with remap={checkpoint name or scope: model name or scope}",
      "pair the names with --remap OLD=NEW (a checkpoint name or scope = the model's)"),
@@ -39,9 +37,7 @@ def in_flags(text, command) -> str:
     text = text.replace("pass overwrite=True (--force)", "pass --force")
     for library, flags in _KERAS_ADVICE:
         text = text.replace(library, flags)
-    if command in ALLOW_EMPTY_COMMANDS:
-        return text.replace(_ALLOW_EMPTY, "Pass --allow-empty (or use nothing()) if an empty selection is intended.")
-    return text.replace(_ALLOW_EMPTY, "Use nothing() if an empty selection is intended.")
+    return text
 
 
 def _rule_flags(match) -> str:

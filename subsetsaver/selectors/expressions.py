@@ -19,7 +19,7 @@ from typing import Iterable
 
 from .. import catalog as catalog_module
 from .. import tf_internals
-from ..errors import EmptySelectionError
+from ..errors import EmptySelectionError, Fix
 from .patterns import compile_regex, glob_matcher, glob_selector, regex_selector
 
 # Binding strength, the same as Python's operators, so text and code mean the same.
@@ -75,7 +75,7 @@ class Selector:
         catalog = catalog_module.load(source)
         chosen = catalog.in_order(self.evaluate(catalog))
         if not chosen and not allow_empty and not _asks_for_nothing(self):
-            raise EmptySelectionError(_empty_message(self, catalog))
+            raise EmptySelectionError(_empty_message(self, catalog), fixes=[ALLOW_EMPTY])
         return chosen
 
     def resolve(self, graph=None, *, allow_empty=False) -> list:
@@ -546,6 +546,9 @@ def _asks_for_nothing(selector) -> bool:
     return all(isinstance(leaf, Nothing) for leaf in selector.leaves())
 
 
+ALLOW_EMPTY = Fix("allow_empty", True, "(or use nothing()) if an empty selection is intended")
+
+
 def _empty_message(selector, catalog) -> str:
     empty_terms = [leaf for leaf in selector.leaves() if not leaf.evaluate(catalog)]
     lines = [f"selector {selector!r} matches no variable."]
@@ -554,7 +557,6 @@ def _empty_message(selector, catalog) -> str:
         lines.append(f"  {leaf!r} matches nothing" + (f"; closest names: {', '.join(hint)}" if hint else ""))
     if not empty_terms:
         lines.append("  every term matches something, but the operators leave nothing (check '-' and '&')")
-    lines.append("Pass allow_empty=True (or use nothing()) if an empty selection is intended.")
     return "\n".join(lines)
 
 
