@@ -17,7 +17,7 @@ import os
 import threading
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError
-from .local_files import ended_early, temporary_name
+from .local_files import RangeReader, ended_early, temporary_name
 
 _WRITE_CHUNK = 16 << 20  # tf.io.gfile takes bytes, so writes copy this much at a time
 
@@ -47,11 +47,7 @@ class GFileFiles:
             raise OSError(str(error)) from error
 
     def size(self, path) -> int:
-        tf = _gfile()
-        try:
-            return tf.io.gfile.stat(path).length
-        except tf.errors.NotFoundError as error:
-            raise FileNotFoundError(path) from error
+        return _stat(path).length
 
     def read_bytes(self, path, limit=None) -> bytes:
         tf = _gfile()
@@ -111,14 +107,18 @@ class GFileFiles:
         return []
 
     def modified(self, path) -> int:
-        tf = _gfile()
-        try:
-            return tf.io.gfile.stat(path).mtime_nsec
-        except tf.errors.OpError as error:
-            raise FileNotFoundError(path) from error
+        return _stat(path).mtime_nsec
 
     def identity(self, path):
         return None
+
+
+def _stat(path):
+    tf = _gfile()
+    try:
+        return tf.io.gfile.stat(path)
+    except tf.errors.NotFoundError as error:
+        raise FileNotFoundError(path) from error
 
 
 class _GFileSink:
@@ -134,30 +134,15 @@ class _GFileSink:
             self._handle.write(bytes(view[start:start + _WRITE_CHUNK]))
 
 
-class _GFileReader:
+class _GFileReader(RangeReader):
     """A file read through ``tf.io.gfile`` (seek, then read)."""
 
     def __init__(self, path):
         tf = _gfile()
         self.path = os.fspath(path)
-        try:
-            self.size = tf.io.gfile.stat(self.path).length
-        except tf.errors.NotFoundError as error:
-            raise FileNotFoundError(self.path) from error
+        self.size = _stat(self.path).length
         self._handle = tf.io.gfile.GFile(self.path, "rb")
         self._lock = threading.Lock()  # seek then read: one at a time
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-        return False
-
-    def read(self, offset, count) -> bytes:
-        import numpy as np
-
-        return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
 
     def read_into(self, offset, buffer):
         view, done = memoryview(buffer).cast("B"), 0

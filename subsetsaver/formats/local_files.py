@@ -215,18 +215,9 @@ def _check_regular(path, status):
         raise CorruptCheckpointError(f"'{path}' is not a regular file; restore from an intact copy of the checkpoint")
 
 
-class LocalReader:
-    """A local file read with ``os.preadv``: no seek, so reads from threads do not interfere.
-
-    >>> with LocalReader('/ckpt/model.data-00000-of-00001') as data:
-    ...     data.size, data.read(0, 4)
-    (2097164, b'\\x00\\x00\\xc0?')
-    """
-
-    def __init__(self, path):
-        self.path = os.fspath(path)
-        self._descriptor = _open_regular(self.path)
-        self.size = os.fstat(self._descriptor).st_size
+class RangeReader:
+    """What every backend's reader shares: ``read`` on top of its ``read_into``, and ``with`` closing it.
+    A subclass sets ``path`` and ``size`` and defines ``read_into(offset, buffer)`` and ``close()``."""
 
     def __enter__(self):
         return self
@@ -240,6 +231,20 @@ class LocalReader:
         import numpy as np
 
         return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
+
+
+class LocalReader(RangeReader):
+    """A local file read with ``os.preadv``: no seek, so reads from threads do not interfere.
+
+    >>> with LocalReader('/ckpt/model.data-00000-of-00001') as data:
+    ...     data.size, data.read(0, 4)
+    (2097164, b'\\x00\\x00\\xc0?')
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._descriptor = _open_regular(self.path)
+        self.size = os.fstat(self._descriptor).st_size
 
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""

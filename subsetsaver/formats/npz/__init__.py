@@ -39,7 +39,6 @@ Example::
 
 from ...errors import UnsupportedDtypeError
 from ..storage import finish_background_work
-from ..storage import write_bytes as write_bytes_atomically  # the name earlier callers use
 from .format import (
     ALIGNMENT,
     CHECKSUMS,
@@ -86,5 +85,4 @@ __all__ = [
     "recycled_bytes",
     "verify",
     "write",
-    "write_bytes_atomically",
 ]
