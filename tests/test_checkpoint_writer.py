@@ -117,3 +117,31 @@ def test_a_second_writing_process_is_refused_at_once_naming_the_first(tmp_path, 
         holder.stdin.close()
         holder.wait(60)
     assert run_cli("convert", source, str(tmp_path / "out" / "model.npz")).returncode == 0
+
+
+class _Terminal:
+    """A stand-in for a terminal's stderr: says it is one and keeps what is written."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_a_progress_bar_on_a_terminal_and_nothing_when_piped(tmp_path, monkeypatch, capsys):
+    checkpoint_writer.write_checkpoint(str(tmp_path / "piped.npz"), iter(VALUES.items()), specs=SPECS,
+                                       checkpoint_format=registry.NPZ)
+    assert capsys.readouterr().err == ""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(checkpoint_writer, "PROGRESS_AFTER_SECONDS", 0)  # a long write, as far as the bar knows
+    checkpoint_writer.write_checkpoint(str(tmp_path / "shown.npz"), iter(VALUES.items()), specs=SPECS,
+                                       checkpoint_format=registry.NPZ)
+    assert "shown.npz:" in terminal.text and "/40.0 [" in terminal.text, terminal.text  # a bar over its 40 bytes
