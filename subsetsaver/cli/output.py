@@ -7,6 +7,8 @@ import os
 import click
 
 from .. import catalog
+from ..errors import Fix, OutputExistsError
+from ..formats import storage
 from ..selectors import format_bytes
 
 
@@ -86,16 +88,9 @@ def meta_graph_path(ctx, param, path):
                              "Saver.save wrote", ctx, param)
 
 
-def prepare_output(path, *, force, checkpoint=False):
-    """Refuse to replace what is at ``path`` without ``--force``, and create its missing directories:
-    the same in every command that writes. ``checkpoint``: ``path`` is a prefix (``.index``, ``.data-*``)."""
-    if "://" in path:  # object stores: no directories to create, and TensorFlow's writers check
-        return
-    existing = sorted(glob.glob(glob.escape(path) + ".index") + glob.glob(glob.escape(path) + ".data-*")) \
-        if checkpoint else ([path] if os.path.exists(path) else [])
-    if existing and not force:
-        what = f"checkpoint '{path}'" if checkpoint else f"'{path}'"
-        raise FileExistsError(f"{what} already exists ({existing[0]}); pass --force to replace it")
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
+def prepare_output(path, *, force):
+    """Refuse to replace the file at ``path`` (a drawing) without ``--force``, and create its missing
+    directories. (Checkpoints are checked by the library's one writer.)"""
+    if storage.exists(path) and not force:
+        raise OutputExistsError(f"'{path}' already exists", path=path, fixes=[Fix("overwrite", True, "to replace it")])
+    storage.make_directories(storage.parent(path))

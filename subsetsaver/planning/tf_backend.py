@@ -72,9 +72,7 @@ class TfBackend:
 
     @staticmethod
     def exists(prefix) -> bool:
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(prefix + ".index")
+        return storage.exists(prefix + ".index")
 
     @staticmethod
     def checkpoints(directory) -> list:
