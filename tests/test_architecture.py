@@ -185,3 +185,49 @@ def test_each_room_declares_what_others_may_use():
     packages = sorted(p for p in PACKAGE.rglob("__init__.py"))
     missing = [str(p.relative_to(PACKAGE)) for p in packages if "__all__" not in p.read_text(encoding="utf-8")]
     assert missing == []
+
+
+def _calls(path):
+    """``module.function`` (as written) of every call in ``path``, with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            while isinstance(owner, ast.Attribute):
+                owner = owner.value
+            if isinstance(owner, ast.Name):
+                found.append((f"{owner.id}.{node.func.attr}", node.lineno))
+    return found
+
+
+# What only the file layer's backends may call: writes, renames, syncs, deletions, listings and locks.
+FILE_SYSTEM_CALLS = {"os.replace", "os.rename", "os.fsync", "os.fdatasync", "os.link", "os.remove", "os.unlink",
+                     "os.rmdir", "os.mkdir", "os.makedirs", "os.listdir", "os.scandir", "glob.glob", "shutil.rmtree",
+                     "shutil.copyfile", "fcntl.flock"}
+FILE_LAYER = {"formats/local_files.py", "formats/gfile_files.py", "formats/remote_storage.py"}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_files_are_written_listed_and_removed_only_by_the_file_layer(path):
+    relative = str(path.relative_to(PACKAGE))
+    if relative in FILE_LAYER:
+        return
+    found = [f"line {line}: {call}" for call, line in _calls(path) if call in FILE_SYSTEM_CALLS]
+    assert found == [], "ask subsetsaver.formats.storage instead"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_checkpoints_are_published_in_one_module(path):
+    relative = str(path.relative_to(PACKAGE))
+    if relative in FILE_LAYER | {"formats/storage.py", "formats/publish.py", "formats/tf_bundle/writer.py"}:
+        return  # tf_bundle/writer renames a staged bundle's shards before publishing it
+    found = [f"line {line}: {call}" for call, line in _calls(path) if call == "storage.rename"]
+    assert found == [], "publish through subsetsaver.formats.publish (or the one writer, formats.checkpoint_writer)"
+
+
+def test_a_prefix_s_files_are_listed_in_one_module():
+    pattern = re.compile(r"(glob\.glob|re\.compile)\([^)]*data-")  # a pattern that finds data files
+    holders = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
+                     if pattern.search(path.read_text(encoding="utf-8")))
+    assert holders == ["formats/publish.py"]

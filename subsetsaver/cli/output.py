@@ -1,6 +1,5 @@
 """Shared output for the commands: aligned tables, JSON, and loading a source from options."""
 
-import glob
 import json
 import os
 
@@ -74,8 +73,8 @@ def meta_graph_path(ctx, param, path):
     """Click callback for ``--graph``: a MetaGraph file, or a usage error that says what to pass instead."""
     if path is None or path.endswith(".meta") and not os.path.isdir(path):
         return path
-    if os.path.isdir(path):
-        metas = sorted(glob.glob(os.path.join(glob.escape(path), "*.meta")))
+    if storage.is_directory(path):
+        metas = [storage.join(path, name) for name in storage.list_directory(path) if name.endswith(".meta")]
         hint = f"; pass --graph {metas[-1]}" if metas else "; pass the .meta file that Saver.save wrote"
         raise click.BadParameter(f"'{path}' is a directory, not a MetaGraph file{hint} "
                                  f"(or --checkpoint {path} for names, shapes and dtypes only)", ctx, param)

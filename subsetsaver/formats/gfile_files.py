@@ -94,6 +94,11 @@ class GFileFiles:
         _gfile().io.gfile.makedirs(directory)
         return []
 
+    def remove_tree(self, directory) -> None:
+        tf = _gfile()
+        if tf.io.gfile.isdir(directory):
+            tf.io.gfile.rmtree(directory)
+
     def remove_directory(self, directory) -> None:
         pass
 

@@ -172,6 +172,9 @@ class LocalFiles:
                     raise
         return list(reversed(created))
 
+    def remove_tree(self, directory) -> None:
+        shutil.rmtree(local_path(directory), ignore_errors=True)
+
     def remove_directory(self, directory) -> None:
         """Remove ``directory`` if it is empty."""
         with contextlib.suppress(OSError):

@@ -31,7 +31,7 @@ from .local_files import LOCAL, finish_background_work, fsync_directory, local_p
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
-           "open_reader", "parent", "read_bytes", "remove", "remove_abandoned", "remove_directory", "rename",
+           "open_reader", "parent", "read_bytes", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
            "replacing", "scheme", "size", "sync_directory", "temporary_name", "write_bytes"]
 
 
@@ -137,6 +137,11 @@ def make_directories(directory) -> list:
     """Create ``directory`` and its missing parents; returns those created, outermost first
     (for :func:`remove_directory` to undo when a command fails)."""
     return backend(directory).make_directories(os.fspath(directory)) if directory else []
+
+
+def remove_tree(directory) -> None:
+    """Delete ``directory`` and everything in it, if it exists."""
+    backend(directory).remove_tree(os.fspath(directory))
 
 
 def remove_directory(directory) -> None:

@@ -27,16 +27,12 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import glob
 import numbers
 import os
-import shutil
 
 from .. import tf_internals
-from ..formats import publish, tf_bundle
-from ..formats.storage import hold_directory, remove_abandoned
+from ..formats import publish, storage, tf_bundle
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +68,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
     final = saved_prefix(saver, sess, save_path, global_step)
     staged = staging_prefix(final)
     directory = os.path.dirname(final)
-    hold_directory(directory)
+    storage.hold_directory(directory)
     try:
         write(staged, write_meta_graph=False, write_state=False)
         if write_meta_graph:
@@ -87,7 +83,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
         tf_internals.saver_record_checkpoint(saver, final)
         _write_state(saver, directory, final, saver.last_checkpoints, latest_filename)
         tf_internals.saver_retire_old_checkpoints(saver, meta_graph_suffix)
-    remove_abandoned(directory)
+    storage.remove_abandoned(directory)
     return final
 
 
@@ -108,12 +104,17 @@ def staging_prefix(final) -> str:
 
 
 def remove_checkpoint_files(prefix) -> None:
-    """Delete ``prefix``'s .index, data shards and sharded-save temporary directory, if any."""
-    temporary = glob.glob(glob.escape(prefix) + "*.tempstate*")  # SaveV2's own, of a save killed midway
+    """Delete ``prefix``'s .index, data shards, SaveV2's temporary files and sharded-save directory, if any."""
+    directory = storage.parent(prefix)
+    base = prefix[len(directory):].lstrip("/\\")
+    try:
+        names = storage.list_directory(directory or ".")
+    except OSError:
+        names = []
+    temporary = [storage.join(directory, name) for name in names if name.startswith(base) and ".tempstate" in name]
     for path in publish.bundle_files(prefix) + temporary:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-    shutil.rmtree(prefix + "_temp", ignore_errors=True)
+        storage.remove(path)
+    storage.remove_tree(prefix + "_temp")
 
 
 def _write_state(saver, directory, latest, all_paths, latest_filename):
