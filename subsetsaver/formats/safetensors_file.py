@@ -133,6 +133,7 @@ def read(path, names):
             shape, dtype, begin, end = tensors[name]
             raw = reader.read_into(start + begin, np.empty(end - begin, dtype=np.uint8))
             yield name, raw.view(_numpy_dtype(dtype)).reshape(shape)
+            del raw  # not kept while the next one is read
 
 
 def write(path, tensors, metadata=None, *, specs) -> dict:
