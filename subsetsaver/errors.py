@@ -14,6 +14,10 @@ import unicodedata
 
 EXCERPT_WIDTH = 70
 """Most display columns of selector text a syntax error shows around its caret."""
+QUOTED_CHARACTERS = 160
+"""Most characters of a name or of file content that a message quotes."""
+LISTED_ITEMS = 5
+"""Most items (files, names) a message lists before saying how many more there are."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +123,9 @@ def _shown_char(char, at):
 
 def _window(cells, caret, width):
     """(first, last) cells to show: all if they fit, else about ``width`` columns with the caret a third in."""
-    widths = [cell_width for _, cell_width in cells]
+    # A zero-width character (combining accent, joiner) costs a column here all the same: ten thousand
+    # accents on one letter are one column on a terminal, and would be 20 KB in a message.
+    widths = [max(cell_width, 1) for _, cell_width in cells]
     if sum(widths) <= width:
         return 0, len(cells)
     first, used = caret, widths[caret] if caret < len(cells) else 1
@@ -134,6 +140,29 @@ def _window(cells, caret, width):
         first -= 1
         used += widths[first]
     return first, min(last, len(cells))
+
+
+def clipped(text, limit=QUOTED_CHARACTERS) -> str:
+    """``text`` cut to ``limit`` characters, saying how many it leaves out: a name or file content quoted
+    in a message stays short whatever a file holds.
+
+    >>> clipped('w' * 500, 8)
+    'wwwwwwww... (492 more characters)'
+    """
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def listed(items, limit=LISTED_ITEMS) -> str:
+    """The first ``limit`` of ``items`` (each :func:`clipped`), then how many more: a message listing what
+    a file declares stays short however much it declares.
+
+    >>> listed(['a.data', 'b.data', 'c.data'], 2)
+    'a.data, b.data and 1 more'
+    """
+    items = list(items)
+    shown = ", ".join(clipped(item) for item in items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
 
 
 class EmptySelectionError(SubsetSaverError, LookupError):
