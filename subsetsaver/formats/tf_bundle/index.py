@@ -24,7 +24,7 @@ import dataclasses
 import math
 import typing
 
-from ...errors import CheckpointNotFoundError
+from ...errors import CheckpointNotFoundError, clipped
 from . import dtypes as dtype_table
 from .problems import corrupt, key_subject, quoted_key, tensor_subject
 from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode
@@ -35,6 +35,8 @@ MAX_DIMENSIONS = 254  # TensorShape::MaxDimensions()
 READER_VERSION = 1  # kTensorBundleVersion: the format version this reader consumes
 LITTLE_ENDIAN, BIG_ENDIAN = 0, 1
 HEADER_KEY = b""
+_POINTER_BYTES = 8  # numpy's itemsize of the object arrays strings read as
+_SHOWN_DIMENSIONS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,24 @@ class BundleIndex:
             yield from ([tensor.stored] if tensor.stored else [part for _, part in tensor.parts])
 
 
+def shape_text(dims) -> str:
+    """A declared shape for a message: ``[5, 5, 1, 32]``, or its first dimensions and how many it has.
+
+    >>> shape_text([1] * 200)
+    '[1, 1, 1, 1, 1, 1, 1, 1, ... (200 dimensions)]'
+    """
+    dims = list(dims)
+    if len(dims) <= _SHOWN_DIMENSIONS:
+        return str(dims)
+    return f"[{', '.join(str(size) for size in dims[:_SHOWN_DIMENSIONS])}, ... ({len(dims)} dimensions)]"
+
+
+def number_text(number) -> str:
+    """A number for a message, in digits unless it has more than 30 of them (a product of declared sizes)."""
+    digits = len(str(number))
+    return str(number) if digits <= 30 else f"about 10**{digits - 1}"
+
+
 def index_path(prefix) -> str:
     """``PREFIX.index``."""
     return f"{prefix}.index"
@@ -128,6 +148,11 @@ def _header(prefix, entries):
     num_shards = header.get("num_shards", 0)
     if num_shards < 1:
         raise corrupt(prefix, index, f"declares {num_shards} data files")
+    if num_shards > max(1, len(entries) - 1):
+        # TensorFlow writes one data file per device that holds variables, so each holds a tensor: bounded by
+        # the entries, every loop over the data files is as short as the index is long.
+        raise corrupt(prefix, index, f"declares {num_shards} data files for {len(entries) - 1} index entries "
+                      "(each data file holds a tensor)")
     endianness = header.get("endianness", LITTLE_ENDIAN)
     if endianness == BIG_ENDIAN:
         raise corrupt(prefix, index, "was written on a big-endian machine, and this reader reads only "
@@ -207,7 +232,7 @@ class _Checker:
             raise self.fail(f"declares an unknown dtype ({entry.get('dtype', 0)})", subject)
         return data_type
 
-    def shape(self, entry, subject):
+    def shape(self, entry, data_type, subject):
         shape = entry.get("shape", {})
         dims = [dim.get("size", 0) for dim in shape.get("dim", ())]
         if shape.get("unknown_rank", False):
@@ -215,10 +240,17 @@ class _Checker:
         if len(dims) > MAX_DIMENSIONS:
             raise self.fail(f"declares {len(dims)} dimensions, more than TensorFlow's {MAX_DIMENSIONS}", subject)
         if any(size < 0 for size in dims):
-            raise self.fail(f"declares the shape {dims}", subject)
-        if math.prod(dims) > INT64_MAX:
-            raise self.fail(f"declares the shape {dims} of {math.prod(dims)} elements, more than an int64 counts",
-                            subject)
+            raise self.fail(f"declares the shape {shape_text(dims)}", subject)
+        count = math.prod(dims)
+        if count > INT64_MAX:
+            raise self.fail(f"declares the shape {shape_text(dims)} of {number_text(count)} elements, more than an "
+                            "int64 counts", subject)
+        # With no elements the file bounds nothing, but numpy still refuses an array whose other dimensions
+        # come to more bytes than an int64 counts (its itemsize for strings is a pointer's).
+        itemsize = data_type.itemsize or _POINTER_BYTES
+        if count == 0 and math.prod(size for size in dims if size) * itemsize > INT64_MAX:
+            raise self.fail(f"declares the shape {shape_text(dims)}: no elements, but its other dimensions come to "
+                            f"more {data_type.name} bytes than an int64 counts", subject)
         return tuple(dims)
 
     def tensor(self, name, entry) -> IndexedTensor:
@@ -227,9 +259,10 @@ class _Checker:
         return IndexedTensor(spec, stored.data_type, stored)
 
     def stored(self, entry, subject) -> StoredTensor:
-        data_type, shape = self.data_type(entry, subject), self.shape(entry, subject)
+        data_type = self.data_type(entry, subject)
+        shape = self.shape(entry, data_type, subject)
         shard, offset, size = (entry.get(field, 0) for field in ("shard_id", "offset", "size"))
-        count, dims = math.prod(shape), list(shape)
+        count, dims = math.prod(shape), shape_text(shape)
         if data_type.fixed_width:
             declared = count * data_type.itemsize
             if declared > INT64_MAX:
@@ -252,16 +285,17 @@ class _Checker:
     def partitioned(self, name, entry, decoded) -> IndexedTensor:
         """A tensor stored in parts: each listed part within the shape, stored, of the same dtype and
         of its extent's shape; no two parts overlapping and all of them covering the tensor."""
-        data_type, shape = self.data_type(entry, self.subject), self.shape(entry, self.subject)
+        data_type = self.data_type(entry, self.subject)
+        shape = self.shape(entry, data_type, self.subject)
         key, parts, texts, seen = name.encode("utf-8"), [], [], set()
         for extents in _listed_extents(entry):
-            text = extent_text(extents)
+            text = clipped(extent_text(extents))
             if len(extents) != len(shape):
-                raise self.fail(f"lists a part ({text}) of {len(extents)} dimensions for the shape {list(shape)}")
+                raise self.fail(f"lists a part ({text}) of {len(extents)} dimensions for the shape {shape_text(shape)}")
             inside = all(start == 0 if length == WHOLE_DIMENSION else 0 <= start and 0 <= length <= size - start
                          for (start, length), size in zip(extents, shape))
             if not inside:
-                raise self.fail(f"lists a part ({text}) outside its shape {list(shape)}")
+                raise self.fail(f"lists a part ({text}) outside its shape {shape_text(shape)}")
             part_key = slice_key(key, extents)
             if part_key in seen:
                 raise self.fail(f"lists its part {text} twice")
@@ -276,8 +310,8 @@ class _Checker:
             if stored.data_type is not data_type:
                 raise self.fail(f"holds {stored.data_type.name} values in a {data_type.name} tensor", subject)
             if list(stored.shape) != [stop - start for start, stop in region]:
-                raise self.fail(f"holds the shape {list(stored.shape)} for the extent {text} of {list(shape)}",
-                                subject)
+                raise self.fail(f"holds the shape {shape_text(stored.shape)} for the extent {text} of "
+                                f"{shape_text(shape)}", subject)
             parts.append((region, stored))
             texts.append(text)
         overlap = first_overlap([region for region, _ in parts])
@@ -310,5 +344,5 @@ def check_data_files(index, sizes, require_all=True) -> None:
                 "in it); copy every file of the checkpoint")
         if stored.offset + stored.size > available:
             raise corrupt(index.prefix, stored.subject, (
-                f"declares {list(stored.shape)} {stored.data_type.name} stored in bytes {stored.offset} to "
+                f"declares {shape_text(stored.shape)} {stored.data_type.name} stored in bytes {stored.offset} to "
                 f"{stored.offset + stored.size} of '{path}', which holds {available} bytes"))

@@ -12,7 +12,7 @@ Example::
     dtype (77) (truncated or tampered); restore from an intact copy of the checkpoint
 """
 
-from ...errors import CorruptCheckpointError
+from ...errors import CorruptCheckpointError, clipped
 from .slices import extent_text, read_slice_key
 
 RESTORE = "restore from an intact copy of the checkpoint"
@@ -27,7 +27,8 @@ def corrupt(prefix, subject, problem, *, cause=TAMPERED, remedy=RESTORE) -> Corr
 
 def tensor_subject(name, part=None) -> str:
     """``tensor 'w'``, or ``tensor 'w' (part 0,4:-)`` for one stored part of a partitioned tensor."""
-    return f"tensor '{name}'" if part is None else f"tensor '{name}' (part {part})"
+    name = clipped(name)  # a key is as long as its block: a crafted one is quoted in part
+    return f"tensor '{name}'" if part is None else f"tensor '{name}' (part {clipped(part)})"
 
 
 def key_subject(key) -> str:
@@ -39,10 +40,10 @@ def quoted_key(key) -> str:
     """An index key for a message: ``'conv_1/w'``, a part's ``'emb' (part 0,4:-)``, escapes where not printable."""
     part = read_slice_key(key) if key[:1] == b"\x00" else None
     if part is not None:
-        return f"'{_printable(part[0])}' (part {extent_text(part[1])})"
+        return f"'{_printable(part[0])}' (part {clipped(extent_text(part[1]))})"
     return f"'{_printable(key)}'"
 
 
 def _printable(raw) -> str:
     text = raw.decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return clipped("".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text))

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError
+from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
 from .. import storage
 from . import dtypes as dtype_table
 from .checksums import crc32c, unmasked
@@ -105,7 +105,7 @@ class BundleReader:
         """The value of tensor ``name``, its checksum verified (a partitioned one assembled from its parts)."""
         tensor = self._index.tensors[self._known(name)]
         if len(tensor.spec.shape) > _NUMPY_MAX_DIMENSIONS:
-            raise UnsupportedDtypeError(f"cannot read tensor '{name}' of checkpoint '{self.prefix}': it has "
+            raise UnsupportedDtypeError(f"cannot read tensor '{clipped(name)}' of checkpoint '{self.prefix}': it has "
                                         f"{len(tensor.spec.shape)} dimensions, more than numpy's "
                                         f"{_NUMPY_MAX_DIMENSIONS}")
         if tensor.stored is not None:
@@ -113,7 +113,7 @@ class BundleReader:
         held = sum(math.prod(stop - start for start, stop in region) for region, _ in tensor.parts)
         if held != math.prod(tensor.spec.shape):
             raise CheckpointMismatchError(
-                f"tensor '{name}' of checkpoint '{self.prefix}' is stored only in part ({held} of "
+                f"tensor '{clipped(name)}' of checkpoint '{self.prefix}' is stored only in part ({held} of "
                 f"{math.prod(tensor.spec.shape)} elements), as TensorFlow stores some optimizer slots of partitioned "
                 "variables; it has no whole value: leave it out of the selection, or restore it into its graph")
         value = np.empty(tensor.spec.shape, dtype=dtype_table.numpy_dtype(tensor.data_type))
@@ -131,7 +131,7 @@ class BundleReader:
 
     def _known(self, name):
         if name not in self.specs:
-            raise KeyError(f"checkpoint '{self.prefix}' holds no tensor '{name}'")
+            raise KeyError(f"checkpoint '{self.prefix}' holds no tensor '{clipped(name)}'")
         return name
 
     def _data_path(self, shard):
