@@ -44,7 +44,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+from ..errors import clipped
 from .tf_bundle.problems import corrupt
 from .tf_bundle.proto import Field, Message, decode
 
@@ -166,6 +168,7 @@ class _Reading:
         self.prefix, self.nodes, self.specs = prefix, nodes, specs
         self.children = [self._children(index, node) for index, node in enumerate(nodes)]
         self.value_key = {}  # node -> key of its VARIABLE_VALUE tensor (tensors the checkpoint holds)
+        self._members = {}  # list node -> its members, found once however many optimizers ask
         self.tensors = {}
         local_names = {}
         for index in range(len(nodes)):
@@ -179,7 +182,7 @@ class _Reading:
                 if not key or key == OBJECT_GRAPH_KEY:
                     raise self._corrupt(f"gives node {index} a tensor with the key {key!r}")
                 if key in claimed:
-                    raise self._corrupt(f"gives tensor '{key}' to nodes {claimed[key]} and {index}")
+                    raise self._corrupt(f"gives tensor '{clipped(key)}' to nodes {claimed[key]} and {index}")
                 claimed[key] = index
                 if key not in specs:
                     continue  # a value saved elsewhere (or not at all): the checkpoint lists what it holds
@@ -189,11 +192,12 @@ class _Reading:
                     self.value_key[index] = key
                 self.tensors[key] = ObjectVariable(
                     key=key, object_path=object_path(key), attribute=name, node=index,
-                    full_name=self._text(attribute.get("full_name", b""), f"the full name of tensor '{key}'"),
+                    full_name=self._text(attribute.get("full_name", b""), f"the full name of tensor '{clipped(key)}'"),
                     local_names=tuple(dict.fromkeys(local_names.get(index, ()))))
 
     def graph(self) -> ObjectGraph:
         optimizers, owned = [], {}  # owned: key -> (optimizer index, role, slot_of, slot_name)
+        self.optimizer_of = {}  # counter and variable-list node -> the optimizer node that has it
         for index in range(len(self.nodes)):
             found = self._optimizer(index, len(optimizers), owned)
             if found is not None:
@@ -220,6 +224,11 @@ class _Reading:
             layout = "slot_variables"  # a legacy Keras optimizer before its first step: no slots yet
         else:
             return None
+        for held in (counter, children.get("_variables")):
+            # An optimizer's counter and variable list are its own: shared, every optimizer would walk them again.
+            if held is not None and self.optimizer_of.setdefault(held, index) != index:
+                raise self._corrupt(f"gives node {held} to the optimizers of nodes {self.optimizer_of[held]} "
+                                    f"and {index}")
         slots = self._slot_references(index, references) if references else self._slot_lists(children, members,
                                                                                                 counter)
         taken = {self.value_key[counter]} if counter is not None else set()
@@ -246,10 +255,15 @@ class _Reading:
         return Optimizer(index, layout, iterations, hyperparameters, tuple(slot_keys))
 
     def _slot_references(self, index, references):
+        slots = {reference.get("slot_variable_node_id", 0) for reference in references}
         for reference in references:
             original = self._node(reference.get("original_variable_node_id", 0), index)
             slot = self._node(reference.get("slot_variable_node_id", 0), index)
             name = self._text(reference.get("slot_name", b""), f"a slot name of node {index}")
+            if original == slot or original in slots:
+                # A slot of itself or of another slot: written as its own owner, the variable's value would be lost.
+                raise self._corrupt(f"makes node {slot} the slot {clipped(name)!r} of node {original}, which is "
+                                    f"{'the slot itself' if original == slot else 'itself a slot'}")
             if slot in self.value_key:
                 yield self.value_key[slot], self.value_key.get(original), name
 
@@ -257,10 +271,6 @@ class _Reading:
         """(key, key of its variable, slot name) of each slot in the lists whose elements are all optimizer variables."""
         member_nodes = {child for _, child in members} - {counter}
         trainables = dict(self._list_members(children.get("_trainable_variables")))
-        by_full_name = {}
-        for key, value in self.tensors.items():
-            if value.attribute == VARIABLE_VALUE and value.node not in member_nodes:
-                by_full_name.setdefault(value.full_name, []).append(key)
         for name, child in children.items():
             if name in ("_variables", "_trainable_variables") or child in self.value_key:
                 continue
@@ -272,20 +282,38 @@ class _Reading:
                 if trainables:
                     owner = self.value_key.get(trainables.get(position))
                 else:
-                    owner = self._owner_by_full_name(key, by_full_name)
+                    owner = self._owner_by_full_name(key, member_nodes)
+                if owner == key:
+                    raise self._corrupt(f"makes tensor '{clipped(key)}' a slot of itself")
                 yield key, owner, name.lstrip("_") or name
 
-    def _owner_by_full_name(self, key, by_full_name):
-        """tf_keras names a slot OPTIMIZER/SLOT/VARIABLE: the one variable of that full name and the slot's shape."""
+    def _owner_by_full_name(self, key, member_nodes):
+        """tf_keras names a slot OPTIMIZER/SLOT/VARIABLE: the one variable of that full name and the slot's shape
+        that is not one of the optimizer's own variables."""
         parts = self.tensors[key].full_name.split("/", 2)
         if len(parts) < 3:
             return None
         shape = tuple(self.specs[key].shape)
-        found = [other for other in by_full_name.get(parts[2], ()) if tuple(self.specs[other].shape) == shape]
+        found = [other for other in self._by_full_name.get(parts[2], ())
+                 if self.tensors[other].node not in member_nodes and tuple(self.specs[other].shape) == shape]
         return found[0] if len(found) == 1 else None
+
+    @functools.cached_property
+    def _by_full_name(self):
+        """Full name -> keys of the variable values of that name (made once: every optimizer looks here)."""
+        found = {}
+        for key, value in self.tensors.items():
+            if value.attribute == VARIABLE_VALUE:
+                found.setdefault(value.full_name, []).append(key)
+        return found
 
     def _list_members(self, index):
         """``[(position, node), ...]`` of a list object whose elements are all variables; [] otherwise."""
+        if index not in self._members:
+            self._members[index] = self._find_members(index)
+        return self._members[index]
+
+    def _find_members(self, index):
         if index is None or index in self.value_key:
             return []
         members = self.children[index]
