@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from .. import catalog as catalog_module
-from ..errors import CheckpointMismatchError, Fix, InvalidOutputError, UnsupportedDtypeError
+from ..errors import CheckpointMismatchError, Fix, InvalidOutputError, UnsupportedDtypeError, clipped
 from ..formats import checkpoint_writer, registry, subset_manifest
 from ..planning import renamed_names
 from ..selectors import as_selector
@@ -111,8 +111,10 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
                 f"\"{selector!r} - name('{unsupported[0]}')\"")
     if output_format.name == "name" and cat.object_graph is not None:
         names, derived = tf1_names(cat, kept, remap), tf1_optimizer_values(source, cat, kept)
-        steps = {name for name in kept if names[name] == GLOBAL_STEP}
+        steps = _iteration_counters(cat, kept)  # not whatever else a file names global_step
         _check_steps(cat, steps, source)
+        for _, counter in catalog_module.read_tensors(source, sorted(steps)):
+            _as_global_step(counter, source)  # refused before anything is written
     else:
         names, derived, steps = renamed_names(kept, remap), {}, set()
     _refuse_clashes(names, derived, source)
@@ -136,10 +138,26 @@ def _converted(source, kept, names, steps, regions, derived):
     partitioned variable with its region), then the derived tensors; one in memory at a time."""
     for name, array in catalog_module.read_tensors(source, kept):
         if name in steps:
-            array = array.astype(np.int64)  # an integer scalar, checked before: the value is kept
+            array = _as_global_step(array, source)  # an integer scalar, checked before: the value is kept
         yield (names[name], array, regions[name]) if name in regions else (names[name], array)
         del array
     yield from derived.items()
+
+
+def _iteration_counters(cat, kept) -> set:
+    """The kept names holding an optimizer's iteration counter: they alone become TF1's int64 ``global_step``."""
+    counters = {optimizer.iterations for optimizer in cat.object_graph.optimizers if optimizer.iterations}
+    return {name for name in kept if cat.checkpoint_key(name) in counters}
+
+
+def _as_global_step(array, source):
+    """The counter ``array`` as int64, unless that would change its value (a uint64 above int64's range)."""
+    step = array.astype(np.int64)
+    if array.shape != () or step != array:
+        raise CheckpointMismatchError(f"checkpoint '{source}': its iteration counter holds "
+                                      f"{clipped(np.array2string(array, threshold=8))} ({array.dtype}, shape "
+                                      f"{list(array.shape)[:8]}), which TF1's int64 global_step cannot hold")
+    return step
 
 
 def _check_steps(cat, steps, source):
