@@ -214,6 +214,11 @@ class UnknownFormatError(SubsetSaverError, ValueError):
     """A path whose checkpoint format no registered format recognises, or a format name that is not registered."""
 
 
+class InvalidNameError(SubsetSaverError, ValueError):
+    """A tensor name a checkpoint cannot hold (empty, a control character, an empty or '..' part), or two
+    tensors that would be written under one name; raised before anything is written."""
+
+
 class UnsupportedDtypeError(SubsetSaverError, TypeError):
     """An array whose dtype a portable checkpoint cannot hold (strings, objects, ...)."""
 
