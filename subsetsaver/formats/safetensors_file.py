@@ -23,7 +23,7 @@ import math
 import os
 import re
 
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError, UnsupportedDtypeError
+from ..errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 from . import storage
 from .tf_bundle.checksums import crc32c
 
@@ -37,6 +37,7 @@ ITEM_BYTES = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32
               "float8_e4m3fn": 1, "float8_e5m2": 1}
 SUFFIX = ".safetensors"
 MAX_HEADER_BYTES = 100 << 20  # the package's own limit
+_INT64_MAX = (1 << 63) - 1
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -108,6 +109,8 @@ def _checked_field(path, name, field):
             or offsets[0] > offsets[1]):
         raise _corrupt(path, f"tensor '{_shown(name)}' has data_offsets that are not two ordered byte offsets")
     dtype = DTYPES[code]
+    if math.prod(d for d in shape if d) * ITEM_BYTES[dtype] > _INT64_MAX:  # numpy counts them even beside a 0
+        raise _corrupt(path, f"tensor '{_shown(name)}' declares the shape {shape}, which no numpy array can hold")
     if math.prod(shape) * ITEM_BYTES[dtype] != offsets[1] - offsets[0]:
         raise _corrupt(path, f"tensor '{_shown(name)}' {dtype} {shape} needs "
                              f"{math.prod(shape) * ITEM_BYTES[dtype]:,} bytes, but its offsets hold "
@@ -132,6 +135,8 @@ def read(path, names):
                 raise KeyError(f"'{path}' holds no tensor '{name}'")
             shape, dtype, begin, end = tensors[name]
             raw = reader.read_into(start + begin, np.empty(end - begin, dtype=np.uint8))
+            if dtype == "bool" and raw.size and raw.max() > 1:  # numpy would keep the byte: a third truth value
+                raise _corrupt(path, f"tensor '{_shown(name)}' holds a bool byte other than 0 and 1")
             yield name, raw.view(_numpy_dtype(dtype)).reshape(shape)
             del raw  # not kept while the next one is read
 
@@ -147,7 +152,7 @@ def write(path, tensors, metadata=None, *, specs) -> dict:
     for name, shape, dtype in specs:
         problem = name_problem(name)
         if problem:
-            raise ValueError(f"cannot write tensor {name!r} to a safetensors file: it has {problem}")
+            raise InvalidNameError(f"cannot write tensor {_shown(name)!r} to a safetensors file: it has {problem}")
         if dtype not in CODES:
             raise UnsupportedDtypeError(f"safetensors files hold numbers only; cannot write '{name}' ({dtype}): "
                                         "leave it out of the selection")
