@@ -39,8 +39,9 @@ import re
 import numpy as np
 
 from .. import catalog as catalog_module
-from ..errors import CheckpointMismatchError, Fix, InvalidOutputError, UnsupportedDtypeError, clipped
+from ..errors import CheckpointMismatchError, Fix, InvalidNameError, InvalidOutputError, UnsupportedDtypeError, clipped
 from ..formats import checkpoint_writer, registry, subset_manifest
+from ..formats.npz import name_problem
 from ..planning import renamed_names
 from ..selectors import as_selector
 
@@ -287,9 +288,14 @@ def _refuse_clashes(names, derived, source):
     for new in derived:
         holders.setdefault(new, []).append(f"the computed {new}")
     for new, olds in holders.items():
+        problem = name_problem(new)
+        if problem is not None:  # a name another format allows, or an object graph's crafted full name
+            written = repr(clipped(new)) if olds[0] == new else f"{clipped(olds[0])!r} as {clipped(new)!r}"
+            raise InvalidNameError(f"converting '{source}' would write {written}, which no checkpoint variable is "
+                                   f"named ({problem}); leave it out (--keep), or rename it (--remap OLD=NEW)")
         if len(olds) > 1:
-            raise ValueError(f"converting '{source}' would write both {olds[0]} and {olds[1]} as '{new}'; leave one "
-                             "out (--keep), or rename it (--remap OLD=NEW)")
+            raise InvalidNameError(f"converting '{source}' would write both {clipped(olds[0])} and {clipped(olds[1])} "
+                                   f"as '{clipped(new)}'; leave one out (--keep), or rename it (--remap OLD=NEW)")
 
 
 def _metadata(selector, cat, names, source) -> dict:
