@@ -20,9 +20,10 @@ import dataclasses
 import io
 import math
 import re
+import reprlib
 import zlib
 
-from ...errors import CorruptCheckpointError
+from ...errors import CorruptCheckpointError, clipped
 
 FORMAT = "subsetsaver.npz"
 FORMAT_VERSION = 1
@@ -56,6 +57,11 @@ STORED_AS = {
     "complex128": "<c16",
 }
 _ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "int4", "uint4")
+_INT64_MAX = (1 << 63) - 1
+_MAX_DIMENSIONS = 64  # numpy's
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlist = _QUOTE.maxdict = 8
+_QUOTE.maxstring = _QUOTE.maxother = 80
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,250}")
 
 
@@ -287,21 +293,22 @@ def manifest_from_json(content, path, member_crcs) -> Manifest:
     """
     check = _SchemaCheck(path)
     check.that(isinstance(content, dict), "manifest is not a JSON object")
-    check.that(content.get("format") == FORMAT, f"manifest format is {content.get('format')!r}, not {FORMAT!r}")
+    check.that(content.get("format") == FORMAT, f"manifest format is {shown(content.get('format'))}, not {FORMAT!r}")
     version = content.get("format_version")
     check.that(isinstance(version, int) and not isinstance(version, bool),
-               f"manifest format_version {version!r} is not an integer")
-    check.that(version <= FORMAT_VERSION,
-               f"format version {version} is newer than this subsetsaver reads ({FORMAT_VERSION}); upgrade subsetsaver")
+               f"manifest format_version {shown(version)} is not an integer")
+    check.that(version <= FORMAT_VERSION, f"format version {shown(version)} is newer than this subsetsaver reads "
+               f"({FORMAT_VERSION}); upgrade subsetsaver")
     algorithm = content.get("checksum")
-    check.that(algorithm in CHECKSUMS, f"checksum {algorithm!r} is not one of {', '.join(CHECKSUMS)}")
+    check.that(isinstance(algorithm, str) and algorithm in CHECKSUMS,
+               f"checksum {shown(algorithm)} is not one of {', '.join(CHECKSUMS)}")
     arrays = content.get("arrays")
     check.that(isinstance(arrays, list), "manifest has no 'arrays' list")
     entries, names, members = [], set(), set()
     for position, raw in enumerate(arrays):
         entry = _entry_from_json(raw, position, check, CHECKSUMS[algorithm])
         problem = name_problem(entry.name)
-        check.that(problem is None, f"manifest array #{position} has the name {entry.name[:80]!r}: {problem}")
+        check.that(problem is None, f"manifest array #{position} has the name {shown(entry.name)}: {problem}")
         check.that(entry.name not in names, f"manifest lists array '{entry.name}' twice")
         check.that(entry.member not in members, f"manifest gives two arrays member '{entry.member}'")
         check.that(entry.member in member_crcs, f"array '{entry.name}': member '{entry.member}' is not in the archive")
@@ -309,6 +316,8 @@ def manifest_from_json(content, path, member_crcs) -> Manifest:
             check.that(int(entry.checksum, 16) == member_crcs[entry.member],
                        f"array '{entry.name}': checksum {entry.checksum} is not the zip directory's CRC-32 "
                        f"{member_crcs[entry.member]:08x} of member '{entry.member}'")
+        if "full_shape" in entry.info:
+            _check_part(entry, f"manifest array #{position} ('{entry.name}')", check)
         names.add(entry.name)
         members.add(entry.member)
         entries.append(entry)
@@ -325,6 +334,40 @@ def manifest_from_json(content, path, member_crcs) -> Manifest:
         written=content.get("written") if isinstance(content.get("written"), str) else None,
         checksum=algorithm,
     )
+
+
+def shown(value) -> str:
+    """A value read from a manifest, for a message: its repr, with long strings, lists and numbers cut short.
+
+    >>> shown(['x'] * 1000), shown(10 ** 5000)
+    ("['x', 'x', 'x', 'x', 'x', 'x', 'x', 'x', ...]", 'an integer of 5000 digits or more')
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {int(value.bit_length() * 0.30103)} digits or more"  # printing it may raise
+    try:
+        return clipped(_QUOTE.repr(value))
+    except ValueError:  # an integer too long to print, inside a list
+        return "a value too long to print"
+
+
+def _check_part(entry, label, check):
+    """The ``info`` of one part of a partitioned variable: a full shape and an offset of its rank that
+    hold the part, and a full shape numpy can allocate."""
+    full, offset = entry.info["full_shape"], entry.info.get("offset")
+    numbers = all(isinstance(n, list) and len(n) == len(entry.shape) and all(
+        type(d) is int and 0 <= d <= _INT64_MAX for d in n) for n in (full, offset))
+    check.that(numbers, f"{label}: its part of full_shape {shown(full)} at offset {shown(offset)} is not "
+                        f"{len(entry.shape)} non-negative integers each")
+    inside = all(start + size <= whole for start, size, whole in zip(offset, entry.shape, full))
+    check.that(inside, f"{label}: its part {list(entry.shape)} at offset {offset} does not fit in the full shape "
+                       f"{full}")
+    check.that(_allocatable(full, STORED_AS[entry.dtype]), f"{label}: full shape {full} is more than an array can hold")
+
+
+def _allocatable(shape, stored) -> bool:
+    """Whether numpy can make an array of ``shape``: its non-zero dimensions and the item size come to no
+    more bytes than an int64 counts (numpy checks them even when another dimension is 0)."""
+    return math.prod(d for d in shape if d) * int(stored[2:]) <= _INT64_MAX
 
 
 class _SchemaCheck:
@@ -373,17 +416,18 @@ def _entry_from_json(raw, position, check, digits) -> ArrayEntry:
     for key, kind in _ENTRY_TYPES:
         value = raw.get(key)
         if type(value) is not kind:
-            check.that(False, f"manifest array #{position} ({raw.get('name')!r}) has no valid '{key}'")
+            check.that(False, f"manifest array #{position} ({shown(raw.get('name'))}) has no valid '{key}'")
     dtype, stored, shape, member, digest = raw["dtype"], raw["stored_dtype"], raw["shape"], raw["member"], raw["checksum"]
     expected_storage = STORED_AS.get(dtype)
     itemsize = int(stored[2:]) if expected_storage == stored else 0
     nbytes = itemsize
     for d in shape:
         if type(d) is not int or d < 0:
-            nbytes = -1
+            nbytes = None  # no size: not even one a crafted 'nbytes' could equal
             break
         nbytes *= d
-    if (expected_storage != stored or nbytes != raw["nbytes"] or len(shape) > 64 or len(digest) != digits
+    if (expected_storage != stored or nbytes != raw["nbytes"] or len(shape) > _MAX_DIMENSIONS
+            or (nbytes == 0 and not _allocatable(shape, stored)) or len(digest) != digits
             or not _HEX.issuperset(digest) or member_problem(member) is not None or not member.endswith(".npy")
             or not isinstance(raw.get("info", {}), dict)):
         _entry_problem(raw, position, check, digits)
@@ -392,18 +436,20 @@ def _entry_from_json(raw, position, check, digits) -> ArrayEntry:
 
 def _entry_problem(raw, position, check, digits):
     """Raise the message for the first thing wrong with a manifest entry."""
-    label = f"manifest array #{position} ({raw.get('name')!r})"
+    label = f"manifest array #{position} ({shown(raw.get('name'))})"
     dtype, stored, shape = raw["dtype"], raw["stored_dtype"], raw["shape"]
-    check.that(dtype in STORED_AS, f"{label}: dtype {dtype!r} is not allowed (allowed: {', '.join(STORED_AS)})")
-    check.that(stored == STORED_AS[dtype], f"{label}: dtype {dtype} is stored as {STORED_AS[dtype]}, not {stored!r}")
+    check.that(dtype in STORED_AS, f"{label}: dtype {shown(dtype)} is not allowed (allowed: {', '.join(STORED_AS)})")
+    check.that(stored == STORED_AS[dtype], f"{label}: dtype {dtype} is stored as {STORED_AS[dtype]}, not "
+                                           f"{shown(stored)}")
     check.that(all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape),
-               f"{label}: shape {shape!r} is not a list of non-negative integers")
-    check.that(len(shape) <= 64, f"{label}: {len(shape)} dimensions")
+               f"{label}: shape {shown(shape)} is not a list of non-negative integers")
+    check.that(len(shape) <= _MAX_DIMENSIONS, f"{label}: {len(shape)} dimensions, more than numpy's {_MAX_DIMENSIONS}")
+    check.that(_allocatable(shape, stored), f"{label}: shape {shown(shape)} is more than an array can hold")
     nbytes = math.prod(shape) * int(stored[2:])
-    check.that(raw["nbytes"] == nbytes, f"{label}: nbytes {raw['nbytes']} is not what shape {shape} {dtype} takes "
-                                        f"({nbytes})")
+    check.that(raw["nbytes"] == nbytes, f"{label}: nbytes {shown(raw['nbytes'])} is not what shape {shown(shape)} "
+                                        f"{dtype} takes ({shown(nbytes)})")
     check.that(re.fullmatch(f"[0-9a-f]{{{digits}}}", raw["checksum"]) is not None,
                f"{label}: checksum is not {digits} hex digits")
     check.that(member_problem(raw["member"]) is None and raw["member"].endswith(".npy"),
-               f"{label}: member {raw['member']!r} is not a flat '.npy' name")
+               f"{label}: member {shown(raw['member'])} is not a flat '.npy' name")
     check.that(isinstance(raw.get("info", {}), dict), f"{label}: 'info' is not an object")
