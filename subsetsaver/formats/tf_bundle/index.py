@@ -117,9 +117,14 @@ def shape_text(dims) -> str:
 
 
 def number_text(number) -> str:
-    """A number for a message, in digits unless it has more than 30 of them (a product of declared sizes)."""
-    digits = len(str(number))
-    return str(number) if digits <= 30 else f"about 10**{digits - 1}"
+    """A number for a message: its digits, or the power of two it reaches when it is longer than 100 bits
+    (a product of declared sizes, which Python may even refuse to print).
+
+    >>> number_text(2 ** 64), number_text(2 ** 15748)
+    ('18446744073709551616', '2**15748 or more')
+    """
+    bits = number.bit_length()
+    return str(number) if bits <= 100 else f"2**{bits - 1} or more"
 
 
 def index_path(prefix) -> str:

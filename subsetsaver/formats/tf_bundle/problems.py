@@ -27,7 +27,7 @@ def corrupt(prefix, subject, problem, *, cause=TAMPERED, remedy=RESTORE) -> Corr
 
 def tensor_subject(name, part=None) -> str:
     """``tensor 'w'``, or ``tensor 'w' (part 0,4:-)`` for one stored part of a partitioned tensor."""
-    name = clipped(name)  # a key is as long as its block: a crafted one is quoted in part
+    name = printable(name)
     return f"tensor '{name}'" if part is None else f"tensor '{name}' (part {clipped(part)})"
 
 
@@ -45,5 +45,14 @@ def quoted_key(key) -> str:
 
 
 def _printable(raw) -> str:
-    text = raw.decode("utf-8", "backslashreplace")
+    return printable(raw.decode("utf-8", "backslashreplace"))
+
+
+def printable(text) -> str:
+    """``text`` for a one-line message: escapes for what a terminal would not print, cut short (a key is as
+    long as its table block).
+
+    >>> printable('w\\nb')
+    'w\\\\nb'
+    """
     return clipped("".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text))
