@@ -16,8 +16,6 @@ EXCERPT_WIDTH = 70
 """Most display columns of selector text a syntax error shows around its caret."""
 QUOTED_CHARACTERS = 160
 """Most characters of a name or of file content that a message quotes."""
-LISTED_ITEMS = 5
-"""Most items (files, names) a message lists before saying how many more there are."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,18 +149,6 @@ def clipped(text, limit=QUOTED_CHARACTERS) -> str:
     """
     text = str(text)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
-
-
-def listed(items, limit=LISTED_ITEMS) -> str:
-    """The first ``limit`` of ``items`` (each :func:`clipped`), then how many more: a message listing what
-    a file declares stays short however much it declares.
-
-    >>> listed(['a.data', 'b.data', 'c.data'], 2)
-    'a.data, b.data and 1 more'
-    """
-    items = list(items)
-    shown = ", ".join(clipped(item) for item in items[:limit])
-    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
 
 
 class EmptySelectionError(SubsetSaverError, LookupError):

@@ -25,7 +25,14 @@ import dataclasses
 import os
 import sys
 
-from ..errors import CorruptCheckpointError, Fix, InvalidOutputError, OutputExistsError
+from ..errors import (
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    Fix,
+    InvalidOutputError,
+    OutputExistsError,
+    SubsetSaverError,
+)
 from . import publish, storage, subset_manifest, tf_state
 from .tf_bundle.checksums import crc32c
 
@@ -81,11 +88,16 @@ def writing(output, checkpoint_format, *, sources=(), overwrite=False):
         if storage.can_rename(output):
             staged = publish.staging_name(output)
         yield staged
-    except BaseException:
+    except BaseException as error:
         if staged != output:
             publish.discard(checkpoint_format.files(staged))
         for made in reversed(created):
             storage.remove_directory(made)
+        if isinstance(error, OSError) and not isinstance(error, SubsetSaverError):  # a full disk, no permission
+            failure = CheckpointWriteError(f"cannot write '{output}': {error.strerror or error}; nothing was "
+                                           "written under that name", path=output)
+            failure.errno = error.errno
+            raise failure from error
         raise
 
 
