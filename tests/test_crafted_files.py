@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import unicodedata
+import zipfile
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ from subsetsaver.errors import (
     InvalidNameError,
     SelectorSyntaxError,
 )
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import npz, safetensors_file, tf_bundle
 from subsetsaver.formats import tf_object_graph as object_graph
 from subsetsaver.formats.tf_bundle import proto
 from subsetsaver.tools import convert
@@ -186,6 +187,73 @@ def test_a_safetensors_header_declaring_an_array_numpy_cannot_make_is_refused(tm
         safetensors_file.specs(path)
     assert str(error.value) == expected
     assert refusal(run_cli, "convert", path, tmp_path / "out.npz") == expected
+    assert snapshot(tmp_path) == files
+
+
+def with_manifest(good, path, edit):
+    """A copy of the npz ``good`` whose manifest ``edit`` changed (a dict; ``"BIG"`` becomes a 5,000-digit number)."""
+    with zipfile.ZipFile(good) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    manifest = json.loads(members[MANIFEST])
+    edit(manifest)
+    members[MANIFEST] = json.dumps(manifest).replace('"BIG"', "9" * 5000).encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+MANIFEST = "__subsetsaver__.json"
+MANIFEST_EDITS = {  # edit of the manifest of {'a': float32 [2, 3], 'e': float32 [0, 3]} -> what is wrong
+    "a full shape of text": (lambda m: m["arrays"][0].update(info={"full_shape": "abc", "offset": [0, 0]}),
+                             "manifest array #0 ('a'): its part of full_shape 'abc' at offset [0, 0] is not 2 "
+                             "non-negative integers each"),
+    "a negative full shape": (lambda m: m["arrays"][0].update(info={"full_shape": [-2, 3], "offset": [0, 0]}),
+                              "manifest array #0 ('a'): its part of full_shape [-2, 3] at offset [0, 0] is not 2 "
+                              "non-negative integers each"),
+    "no offset": (lambda m: m["arrays"][0].update(info={"full_shape": [4, 3]}),
+                  "manifest array #0 ('a'): its part of full_shape [4, 3] at offset None is not 2 non-negative "
+                  "integers each"),
+    "a part past its full shape": (lambda m: m["arrays"][0].update(info={"full_shape": [4, 3], "offset": [3, 0]}),
+                                   "manifest array #0 ('a'): its part [2, 3] at offset [3, 0] does not fit in the "
+                                   "full shape [4, 3]"),
+    "a full shape too big": (lambda m: m["arrays"][0].update(info={"full_shape": [2**62, 3], "offset": [0, 0]}),
+                             "manifest array #0 ('a'): full shape [4611686018427387904, 3] is more than an array "
+                             "can hold"),
+    "an empty shape too big": (lambda m: m["arrays"][1].update(shape=[0, 2**63 - 1]),
+                               "manifest array #1 ('e'): shape [0, 9223372036854775807] is more than an array can "
+                               "hold"),
+    "a shape of text and nbytes -1": (lambda m: m["arrays"][0].update(shape=["x"], nbytes=-1),
+                                      "manifest array #0 ('a'): shape ['x'] is not a list of non-negative integers"),
+    "a long format": (lambda m: m.update(format="f" * 100_000),
+                      f"manifest format is '{'f' * 37}...{'f' * 38}', not 'subsetsaver.npz'"),
+    "a long shape": (lambda m: m["arrays"][0].update(shape=[[1]] * 100_000),
+                     "manifest array #0 ('a'): shape [[1], [1], [1], [1], [1], [1], [1], [1], ...] is not a list of "
+                     "non-negative integers"),
+    "a number too long to print": (lambda m: m["arrays"][0].update(nbytes="BIG"),
+                                   "manifest is not valid JSON (Exceeds the limit (4300 digits) for integer string "
+                                   "conversion: value has 5000 digits; use sys.set_int_max_str_digits() to "
+                                   "increase the limit)"),
+}
+
+
+@pytest.fixture(scope="module")
+def good_npz(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("npz") / "good.npz")
+    npz.write(path, {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "e": np.zeros((0, 3), np.float32)})
+    return path
+
+
+@pytest.mark.parametrize("case", MANIFEST_EDITS)
+def test_a_crafted_manifest_is_refused_in_a_short_message(tmp_path, run_cli, good_npz, case):
+    edit, problem = MANIFEST_EDITS[case]
+    path = with_manifest(good_npz, tmp_path / "crafted.npz", edit)
+    files = snapshot(tmp_path)
+    suffix = "" if "JSON" in problem else "; the manifest was edited or damaged"
+    expected = f"'{path}', member '{MANIFEST}': {problem}{suffix}"
+    for command in (["inspect", path], ["convert", path, tmp_path / "out.safetensors"],
+                    ["convert", path, tmp_path / "tf1model", "--to", "name"]):
+        assert refusal(run_cli, *command) == expected
     assert snapshot(tmp_path) == files
 
 
