@@ -32,6 +32,7 @@ from subsetsaver.errors import (
     CorruptCheckpointError,
     InvalidNameError,
     SelectorSyntaxError,
+    SubsetSaverError,
 )
 from subsetsaver.formats import npz, safetensors_file, tf_bundle
 from subsetsaver.formats import tf_object_graph as object_graph
@@ -337,6 +338,41 @@ def test_the_unedited_object_checkpoint_converts(tmp_path, object_checkpoint):
     with tf_bundle.BundleReader(tmp_path / "tf1model") as reader:
         assert reader.read("global_step").dtype == np.int64 and reader.read("global_step") == 1
         assert reader.read("dense/kernel").tobytes() == object_checkpoint[0]["v/.ATTRIBUTES/VARIABLE_VALUE"].tobytes()
+
+
+REFERENCES = [(1, "children", 0, "node_id"), (1, "children", 1, "node_id"), (0, "children", 1, "node_id"),
+              (1, "slot_variables", 0, "original_variable_node_id"), (1, "slot_variables", 0, "slot_variable_node_id"),
+              (1, "slot_variables", 1, "original_variable_node_id"), (1, "slot_variables", 1, "slot_variable_node_id")]
+FULL_NAMES = [b"global_step", b"beta1_power", b"dense/kernel", b"dense/kernel/Adam", b"", b"a//b", b"Adam/iter"]
+
+
+@FUZZ
+@given(references=st.lists(st.tuples(st.sampled_from(REFERENCES), st.integers(0, 9)), max_size=3),
+       names=st.lists(st.tuples(st.integers(2, 9), st.sampled_from(FULL_NAMES)), max_size=3))
+def test_a_crafted_object_graph_converts_to_copies_of_its_tensors_or_is_refused(tmp_path_factory, object_checkpoint,
+                                                                               references, names):
+    def edit(arrays, nodes):
+        for (node, field, position, key), target in references:
+            nodes[node][field][position][key] = target
+        for node, full_name in names:
+            nodes[node]["attributes"][0]["full_name"] = full_name
+    directory = tmp_path_factory.mktemp("fuzzed")
+    prefix = write_object_checkpoint(directory, *edited(object_checkpoint, edit))
+    try:
+        convert.convert(prefix, str(directory / "tf1model"), to="name")
+    except SubsetSaverError as error:
+        assert len(str(error).encode()) < MOST_BYTES and "\n" not in str(error)
+        return
+    sources = [(value.dtype, value.shape, value.tobytes()) for value in object_checkpoint[0].values()]
+    with tf_bundle.BundleReader(directory / "tf1model") as reader:
+        for name in reader.names:
+            value = reader.read(name)
+            if name in ("beta1_power", "beta2_power"):  # computed from the counter and the betas
+                continue
+            if name == "global_step" and value.dtype == np.int64:  # the counter, its value kept
+                assert value == object_checkpoint[0][COUNTER_KEY], name
+            else:
+                assert (value.dtype, value.shape, value.tobytes()) in sources, name
 
 
 # ---------------------------------------------------------------------------------

@@ -245,13 +245,13 @@ def tf1_optimizer_values(source, cat, kept) -> dict:
 
 
 def _number(found, label, default, source):
-    """The real number in ``found[label]`` (``default`` when absent); ValueError for anything else."""
+    """The real number in ``found[label]`` (``default`` when absent); CheckpointMismatchError for anything else."""
     if label not in found:
         return np.float64(default)
     value = np.asarray(found[label])
     if value.shape != () or value.dtype.kind not in "iuf":
-        raise ValueError(f"checkpoint '{source}': the optimizer's {label} is a {value.dtype} tensor of shape "
-                         f"{list(value.shape)}, not a number")
+        raise CheckpointMismatchError(f"checkpoint '{source}': the optimizer's {label} is a {value.dtype} tensor of "
+                                      f"shape {list(value.shape)[:8]}, not a number")
     return np.float64(value)
 
 
