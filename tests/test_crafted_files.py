@@ -231,6 +231,8 @@ MANIFEST_EDITS = {  # edit of the manifest of {'a': float32 [2, 3], 'e': float32
     "a long shape": (lambda m: m["arrays"][0].update(shape=[[1]] * 100_000),
                      "manifest array #0 ('a'): shape [[1], [1], [1], [1], [1], [1], [1], [1], ...] is not a list of "
                      "non-negative integers"),
+    "a 4096-character name twice": (lambda m: [entry.update(name="n" * 4096) for entry in m["arrays"]],
+                                    f"manifest lists array '{'n' * 160}... (3936 more characters)' twice"),
     "a number too long to print": (lambda m: m["arrays"][0].update(nbytes="BIG"),
                                    "manifest is not valid JSON (Exceeds the limit (4300 digits) for integer string "
                                    "conversion: value has 5000 digits; use sys.set_int_max_str_digits() to "
@@ -580,6 +582,17 @@ def test_a_long_crafted_key_is_quoted_in_part(tmp_path, run_cli, key):
     shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in key.decode())
     expected = (f"cannot read checkpoint '{prefix}': tensor '{shown[:160]}... ({len(shown) - 160} more characters)' "
                 f"declares an unknown dtype (77) {TAMPERED}")
+    assert refusal(run_cli, "inspect", prefix) == expected
+
+
+def test_a_header_of_five_thousand_bad_consumers_is_quoted_in_part(tmp_path, run_cli):
+    crafted = Crafted()
+    crafted.header = header_proto(bad_consumers=[2] * 5000 + [1])
+    prefix = crafted.write(tmp_path)
+    listed = str([2] * 5000 + [1])
+    expected = (f"cannot read checkpoint '{prefix}': '{prefix}.index' declares that readers of format version 1 must "
+                f"not read it (bad_consumers {listed[:160]}... ({len(listed) - 160} more characters)) (written by a "
+                "newer TensorFlow); read it with the TensorFlow version that wrote it")
     assert refusal(run_cli, "inspect", prefix) == expected
 
 

@@ -309,15 +309,15 @@ def manifest_from_json(content, path, member_crcs) -> Manifest:
         entry = _entry_from_json(raw, position, check, CHECKSUMS[algorithm])
         problem = name_problem(entry.name)
         check.that(problem is None, f"manifest array #{position} has the name {shown(entry.name)}: {problem}")
-        check.that(entry.name not in names, f"manifest lists array '{entry.name}' twice")
+        check.that(entry.name not in names, f"manifest lists array '{clipped(entry.name)}' twice")
         check.that(entry.member not in members, f"manifest gives two arrays member '{entry.member}'")
-        check.that(entry.member in member_crcs, f"array '{entry.name}': member '{entry.member}' is not in the archive")
+        check.that(entry.member in member_crcs, f"array '{clipped(entry.name)}': member '{entry.member}' is not in the archive")
         if algorithm == "crc32":
             check.that(int(entry.checksum, 16) == member_crcs[entry.member],
-                       f"array '{entry.name}': checksum {entry.checksum} is not the zip directory's CRC-32 "
+                       f"array '{clipped(entry.name)}': checksum {entry.checksum} is not the zip directory's CRC-32 "
                        f"{member_crcs[entry.member]:08x} of member '{entry.member}'")
         if "full_shape" in entry.info:
-            _check_part(entry, f"manifest array #{position} ('{entry.name}')", check)
+            _check_part(entry, f"manifest array #{position} ('{clipped(entry.name)}')", check)
         names.add(entry.name)
         members.add(entry.member)
         entries.append(entry)

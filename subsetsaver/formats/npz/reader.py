@@ -24,6 +24,7 @@ import os
 import struct
 import zlib
 
+from ...errors import clipped
 from .format import (
     HASH_IN_THREADS,
     MANIFEST_MEMBER,
@@ -215,7 +216,7 @@ class Archive:
         header = npy_header(entry.stored_dtype, entry.shape)
         if info.file_size != len(header) + entry.nbytes:
             raise self._fail(
-                f"holds {info.file_size} bytes but the manifest declares array '{entry.name}' {list(entry.shape)} "
+                f"holds {info.file_size} bytes but the manifest declares array '{clipped(entry.name)}' {list(entry.shape)} "
                 f"{entry.dtype} ({entry.nbytes} data bytes + {len(header)} header bytes): truncated or tampered",
                 entry.member,
             )
@@ -249,7 +250,7 @@ class Archive:
                 entry, start = by_name[name]
                 target = into.get(name)
                 if target is not None and target.nbytes != entry.nbytes:
-                    raise ValueError(f"buffer for '{name}' has {target.nbytes} bytes, the array {entry.nbytes}")
+                    raise ValueError(f"buffer for '{clipped(name)}' has {target.nbytes} bytes, the array {entry.nbytes}")
                 raw = target if target is not None else aligned_bytes(entry.nbytes)
                 if entry.nbytes < HASH_IN_THREADS:
                     self._source.read_into(start, raw)
@@ -306,14 +307,14 @@ class Archive:
 
     def _mismatch(self, entry, found):
         raise self._fail(
-            f"checksum mismatch for array '{entry.name}' ({self.manifest.checksum} {_short(found)}, manifest says "
+            f"checksum mismatch for array '{clipped(entry.name)}' ({self.manifest.checksum} {_short(found)}, manifest says "
             f"{_short(entry.checksum)}): its data was altered or damaged; use another checkpoint",
             entry.member,
         )
 
     def _check_bools(self, entry, raw):
         if raw.size and raw.max() > 1:
-            raise self._fail(f"array '{entry.name}' holds bool bytes other than 0 and 1", entry.member)
+            raise self._fail(f"array '{clipped(entry.name)}' holds bool bytes other than 0 and 1", entry.member)
 
 
 def _header_problem(found, entry) -> str:
@@ -331,8 +332,8 @@ def _header_problem(found, entry) -> str:
     if dtype.hasobject:
         return ("holds a Python object array (dtype object), which only pickle can load; subsetsaver never "
                 "unpickles: refused")
-    return (f"its .npy header says {dtype.str} {list(shape)}{' fortran order' if fortran else ''}, "
-            f"but the manifest declares array '{entry.name}' as {expected}: tampered or damaged")
+    return (f"its .npy header says {dtype.str} {clipped(list(shape))}{' fortran order' if fortran else ''}, "
+            f"but the manifest declares array '{clipped(entry.name)}' as {expected}: tampered or damaged")
 
 
 def _sha256(array, entry) -> str:

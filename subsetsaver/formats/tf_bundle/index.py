@@ -176,7 +176,7 @@ def _header(prefix, entries):
                       f"reader is version {READER_VERSION}", cause="written by a newer TensorFlow", remedy=newer)
     if READER_VERSION in version.bad_consumers:
         raise corrupt(prefix, index, f"declares that readers of format version {READER_VERSION} must not read it "
-                      f"(bad_consumers {list(version.bad_consumers)})", cause="written by a newer TensorFlow",
+                      f"(bad_consumers {clipped(list(version.bad_consumers))})", cause="written by a newer TensorFlow",
                       remedy=newer)
     return num_shards, version
 
