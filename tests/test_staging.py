@@ -179,12 +179,12 @@ def test_the_next_save_removes_what_a_killed_save_left(zygote, tmp_path):
     assert zygote(directory=str(tmp_path), kill_point=None, sharded=False, numbered=True) == 0
     names = sorted(os.listdir(tmp_path))
     assert not [name for name in names if STAGING in name], names
-    # max_to_keep=2 kept model-1 and model-2 of the surviving process. Each replaced a checkpoint of the
-    # dead process (model-1 whole, model-2's data files published before its .index), so each took the other
-    # shard count's names, and the dead process's files went once the new .index was in place.
+    # max_to_keep=2 kept model-1 and model-2 of the surviving process. model-1 replaced the dead process's whole
+    # model-1, so it took the other shard count's names; the dead process's model-2 data files, published
+    # without their .index, were garbage and went first, so model-2 has the names the Saver gives.
     assert names == ["checkpoint", "model-1.data-00000-of-00002", "model-1.data-00001-of-00002", "model-1.index",
-                     "model-1.meta", "model-1.subset.json", "model-2.data-00000-of-00002",
-                     "model-2.data-00001-of-00002", "model-2.index", "model-2.meta", "model-2.subset.json"]
+                     "model-1.meta", "model-1.subset.json", "model-2.data-00000-of-00001", "model-2.index",
+                     "model-2.meta", "model-2.subset.json"]
     assert read_checkpoint(str(tmp_path / "model-2"))["global_step"] == 2
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert state.model_checkpoint_path == str(tmp_path / "model-2")

@@ -122,7 +122,7 @@ class NameBasedFormat(BundleFormat):
                 yield name, reader.read(name)
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
-        num_shards = publish.free_shard_count(final)
+        num_shards = tf_bundle.shard_count_for(final)
         with tf_bundle.BundleWriter(staged, num_shards=num_shards, publish=False) as writer:
             for item in tensors:
                 if len(item) == 3:

@@ -60,10 +60,15 @@ def data_files(prefix) -> list:
     return [path for path in bundle_files(prefix) if not path.endswith(INDEX_SUFFIX)]
 
 
+def shard_count_of(path) -> int:
+    """The shard count a data file's name says: 2 for ``model.data-00000-of-00002``."""
+    return int(_DATA.search(path)["count"])
+
+
 def free_shard_count(prefix, wanted=1) -> int:
     """The smallest shard count of at least ``wanted`` whose data file names no file of ``prefix`` holds,
     so that a checkpoint written with it can be published over ``prefix`` without touching the old files."""
-    used = {int(_DATA.search(path)["count"]) for path in data_files(prefix)}
+    used = {shard_count_of(path) for path in data_files(prefix)}
     count = wanted
     while count in used:
         count += 1

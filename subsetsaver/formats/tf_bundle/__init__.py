@@ -29,7 +29,7 @@ Example::
 
 from .index import FormatVersion, TensorSpec, data_path, index_path
 from .reader import BundleReader
-from .writer import BundleWriter, publish_staged, write
+from .writer import BundleWriter, publish_staged, shard_count_for, write
 
-__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "publish_staged",
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "publish_staged", "shard_count_for",
            "write"]

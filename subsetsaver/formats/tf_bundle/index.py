@@ -153,11 +153,12 @@ def _header(prefix, entries):
     num_shards = header.get("num_shards", 0)
     if num_shards < 1:
         raise corrupt(prefix, index, f"declares {num_shards} data files")
-    if num_shards > max(1, len(entries) - 1):
-        # TensorFlow writes one data file per device that holds variables, so each holds a tensor: bounded by
-        # the entries, every loop over the data files is as short as the index is long.
+    if num_shards > max(1, len(entries) - 1) + 1:
+        # TensorFlow writes one data file per device that holds variables, so each holds a tensor; a checkpoint
+        # published over another may add one empty file (formats.publish): bounded by the entries, every loop
+        # over the data files is as short as the index is long.
         raise corrupt(prefix, index, f"declares {num_shards} data files for {len(entries) - 1} index entries "
-                      "(each data file holds a tensor)")
+                      "(each data file but one holds a tensor)")
     endianness = header.get("endianness", LITTLE_ENDIAN)
     if endianness == BIG_ENDIAN:
         raise corrupt(prefix, index, "was written on a big-endian machine, and this reader reads only "

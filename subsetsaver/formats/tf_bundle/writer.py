@@ -63,12 +63,28 @@ def publish_staged(staged, final) -> None:
     checkpoint stays whole until the new ``.index`` replaces it (:mod:`subsetsaver.formats.publish`)."""
     with BundleReader(staged) as reader:
         count = reader.num_shards
-    wanted = publishing.free_shard_count(final, count)
+    wanted = shard_count_for(final, count)
     if wanted != count:
         _renumber(staged, count, wanted)
     files = {data_path(final, shard, wanted): data_path(staged, shard, wanted) for shard in range(wanted)}
     files[index_path(final)] = index_path(staged)
     publishing.publish(files, commit=index_path(final), replaced=publishing.bundle_files(final))
+
+
+def shard_count_for(prefix, wanted=1) -> int:
+    """The shard count for a checkpoint to be published over ``prefix``: the smallest of at least
+    ``wanted`` that the checkpoint there does not use. Data files of ``prefix`` that its ``.index`` does
+    not use (what a writer killed after moving its data in left) are removed first, so the count
+    alternates between two values. Called under the directory's writer lock."""
+    try:
+        with BundleReader(prefix, require_data_files=False) as reader:
+            current = reader.num_shards
+    except OSError:  # no checkpoint there, or a damaged one that is being replaced: its data files are garbage
+        current = None
+    for path in publishing.data_files(prefix):
+        if publishing.shard_count_of(path) != current:
+            storage.remove(path)
+    return publishing.free_shard_count(prefix, wanted)
 
 
 def _renumber(prefix, count, wanted):
@@ -113,7 +129,7 @@ class BundleWriter:
             if storage.can_rename(self.prefix):
                 self._target = publishing.staging_name(self.prefix)
         if self._num_shards is None:
-            self._num_shards = publishing.free_shard_count(self.prefix) if self._publish else 1
+            self._num_shards = shard_count_for(self.prefix) if self._publish else 1
         stack = contextlib.ExitStack()
         try:
             self._data = stack.enter_context(storage.replacing(data_path(self._target, 0, self._num_shards)))
