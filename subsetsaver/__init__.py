@@ -29,6 +29,7 @@ from .errors import (
     NoSaverError,
     OutputExistsError,
     RestoreOpsMissingError,
+    RowMapError,
     SelectorSyntaxError,
     SubsetSaverError,
     SubsetSaverWarning,
@@ -37,7 +38,7 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedRegexError,
 )
-from .planning import plan
+from .planning import RowMap, plan
 from .portable import restore_npz, save_npz
 from .selectors import (
     Selector,
@@ -91,6 +92,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "NoSaverError",
     "RestoreOpsMissingError",
+    "RowMap",
+    "RowMapError",
     "InvalidRegexError",
     "UnsupportedRegexError",
     "average",
