@@ -201,12 +201,14 @@ def _mapped_part(part, old, rows, ndim, fill):
     if any(o != 0 or n != full[d] for d, (o, n) in enumerate(zip(offset, shape)) if d != axis):
         begin = [0 if d == axis else o for d, o in enumerate(offset)]
         old = tf.slice(old, begin, [-1 if d == axis else n for d, n in enumerate(shape)])
-    value = tf.gather(old, np.maximum(indices, 0), axis=axis)
     new_local = np.flatnonzero(indices < 0)
     if not new_local.size:
-        return value
+        return tf.gather(old, indices, axis=axis)
+    kept_local = np.flatnonzero(indices >= 0)
+    kept = _to_front(tf.gather(old, indices[kept_local], axis=axis), axis, ndim)
     filled = fill.rows_for(part, new_local + offset[axis], (offset, shape), ndim)
-    front = tf.tensor_scatter_nd_update(_to_front(value, axis, ndim), new_local[:, None].astype(np.int64), filled)
+    # one pass that writes each row once, the kept ones gathered and the new ones filled
+    front = tf.dynamic_stitch([kept_local.astype(np.int32), new_local.astype(np.int32)], [kept, filled])
     return _from_front(front, axis, ndim)
 
 

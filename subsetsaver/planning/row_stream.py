@@ -68,6 +68,7 @@ def map_rows(tensors, mapped):
             rowmap, slot = mapped[name]
             array = apply_rows(array, rowmap, slot=slot)
         yield name, array
+        del array  # held here, the last tensor would stay in memory while the next one is read
 
 
 def parse_rows_option(text, init="mean", seed=None) -> tuple:

@@ -32,6 +32,7 @@ from ..errors import RowMapError
 
 INITS = ("variable", "zeros", "mean", "normal")
 _SHOWN = 3  # duplicate tokens or bad indices named in a message
+_STATS_BLOCK = 1 << 18  # values per float64 block when old rows are summed
 
 
 class RowCounts(typing.NamedTuple):
@@ -226,12 +227,15 @@ class RowStats:
         self.count, self.total, self.squares = 0, None, 0.0
 
     def add(self, rows_first):
-        """Add a block of old rows (rows on the first axis)."""
-        values = rows_first.astype(np.float64)
-        total = values.sum(axis=0)
-        self.total = total if self.total is None else self.total + total
-        self.squares += float(np.square(values).sum())
-        self.count += values.shape[0]
+        """Add a block of old rows (rows on the first axis), a few thousand at a time: a float64 copy
+        of a whole embedding would double the memory the rows take."""
+        step = max(1, _STATS_BLOCK // max(1, int(np.prod(rows_first.shape[1:]))))
+        for start in range(0, rows_first.shape[0], step):
+            values = rows_first[start:start + step].astype(np.float64)
+            total = values.sum(axis=0)
+            self.total = total if self.total is None else self.total + total
+            self.squares += float(np.vdot(values, values))
+            self.count += values.shape[0]
 
     def result(self) -> dict:
         if not self.count:
