@@ -342,3 +342,20 @@ def test_row_map_values_and_their_errors(tmp_path):
     with pytest.raises(RowMapError) as raised:
         apply_rows(old, ss.RowMap.keep([0, 7]))
     assert str(raised.value) == "1 row of a list of kept rows past the 3 old rows (new row 1 <- 7)"
+
+
+def test_command_line_names_a_bad_rows_option_in_one_line(trained, tmp_path, run_cli):
+    result = run_cli("rewrite", trained["prefix"], "-o", tmp_path / "out", "--rows", "body/emb=only_one_file.txt")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert ("--rows 'body/emb=only_one_file.txt': 'only_one_file.txt' is not OLD_VOCAB:NEW_VOCAB (two files, "
+            "one token a line)") in result.stderr
+    result = run_cli("rewrite", trained["prefix"], "-o", tmp_path / "out", "--rows",
+                     f"body/emb={tmp_path / 'absent.txt'}:{trained['new_vocab']}")
+    assert f"cannot read the old file '{tmp_path / 'absent.txt'}': No such file or directory" in result.stderr
+    assert not (tmp_path / "out.index").exists()
+
+
+def test_rows_need_the_tensorflow_backend():
+    graph, _train = tied_graph(["emb"])
+    with pytest.raises(RowMapError, match=r"^rows= and one-to-many remap rules restore TensorFlow checkpoints"):
+        ss.plan(ss.everything(), graph, rows={"emb": ss.RowMap.keep(range(50))}, backend="npz")
