@@ -49,7 +49,7 @@ def rewrite_command(checkpoint, output, keep, remap, cast, row_rules, init, seed
         echo_json({"source": report.source, "output": report.output, "written": report.written,
                    "tensors": [{"old": r.old, "new": r.new, "shape": list(r.shape), "dtype": r.dtype,
                                 "new_dtype": r.new_dtype} for r in report.rows],
-                   "dropped": list(report.dropped), "bytes": report.nbytes, "rows": row_counts})
+                   "dropped": list(report.dropped), "bytes": report.nbytes, **({"rows": row_counts} if rows else {})})
         return
     echo_table(["old", "new", "shape", "dtype"],
                [[r.old, r.new if r.new != r.old else "=", shape_text(r.shape),
