@@ -56,9 +56,9 @@ def rewrite_command(checkpoint, output, keep, remap, cast, row_rules, init, seed
                  r.dtype if r.dtype == r.new_dtype else f"{r.dtype} -> {r.new_dtype}"] for r in report.rows])
     counts = (f"{len(report.rows)} tensors ({len(report.renamed)} renamed, {len(report.cast)} cast, "
               f"{len(report.dropped)} dropped), {format_bytes(report.nbytes)}")
-    for counts in row_counts:
-        click.echo(f"rows of {counts['name']}: {counts['kept']:,} kept, {counts['added']:,} added, "
-                   f"{counts['dropped']:,} dropped")
+    for moved in row_counts:
+        click.echo(f"rows of {moved['name']}: {moved['kept']:,} kept, {moved['added']:,} added, "
+                   f"{moved['dropped']:,} dropped")
     if report.written:
         click.echo(f"\nwrote checkpoint {report.output}: {counts}; every tensor verified")
     else:
