@@ -94,6 +94,7 @@ def restore_grown(trained, rowmap, **graph_options):
     graph, _train = embedding_graph(NEW_ROWS, 4, **graph_options)
     plan = ss.plan(ss.everything(), graph, rows={"body/emb": rowmap})
     before = len(graph.get_operations())
+    graph.finalize()  # a restore that built an op would raise
     with v1.Session(graph=graph) as session:
         report = plan.restore_or_initialize(session, trained["prefix"])
         assert len(graph.get_operations()) == before  # every op was built at plan time
@@ -360,3 +361,18 @@ def test_rows_need_the_tensorflow_backend():
     graph, _train = tied_graph(["emb"])
     with pytest.raises(RowMapError, match=r"^rows= and one-to-many remap rules restore TensorFlow checkpoints"):
         ss.plan(ss.everything(), graph, rows={"emb": ss.RowMap.keep(range(50))}, backend="npz")
+
+
+def test_a_map_that_cannot_apply_initializes_its_variable_and_slots_with_on_mismatch_initialize(trained, tmp_path):
+    short = tmp_path / "short_vocab.txt"
+    short.write_text("".join(f"tok{i}\n" for i in range(100)))
+    graph, _train = embedding_graph(NEW_ROWS, 4, initializer=v1.constant_initializer(0.5))
+    plan = ss.plan(ss.everything(), graph, rows={"body/emb": ss.RowMap.from_vocab(short, trained["new_vocab"])},
+                   on_mismatch="initialize")
+    with v1.Session(graph=graph) as session:
+        report = plan.restore_or_initialize(session, trained["prefix"])
+        new = values(session, graph)
+    assert report.initialized == ("body/emb", "body/emb/Adam", "body/emb/Adam_1")
+    assert [problem.kind for problem in report.mismatched] == ["rows", "rows", "rows"]
+    assert (new["body/emb"] == 0.5).all() and not new["body/emb/Adam"].any()
+    np.testing.assert_array_equal(new["head/kernel/Adam_1"], trained["old"]["head/kernel/Adam_1"])
