@@ -228,8 +228,8 @@ def head_graph(classes, *, resource):
     return graph, train
 
 
-@pytest.mark.parametrize("resource", [True, False], ids=["resource", "reference"])
-def test_head_keeps_700_of_1000_classes_with_their_momentum_in_the_plan_and_offline(tmp_path, resource):
+@pytest.mark.parametrize(("resource", "axis"), [(True, -1), (False, None)], ids=["resource", "reference-axis-found"])
+def test_head_keeps_700_of_1000_classes_with_their_momentum_in_the_plan_and_offline(tmp_path, resource, axis):
     graph, train = head_graph(1000, resource=resource)
     with graph.as_default(), v1.Session(graph=graph) as session:
         session.run(v1.global_variables_initializer())
@@ -238,7 +238,7 @@ def test_head_keeps_700_of_1000_classes_with_their_momentum_in_the_plan_and_offl
         old = values(session, graph)
     kept = np.random.default_rng(10155).permutation(1000)[:700]
     (tmp_path / "kept.txt").write_text("".join(f"{row}\n" for row in kept))
-    rowmap = ss.RowMap.keep(tmp_path / "kept.txt", axis=-1)
+    rowmap = ss.RowMap.keep(tmp_path / "kept.txt", axis=axis)  # None: the classes' axis is the one of 700
     new_graph, _train = head_graph(700, resource=resource)
     plan = ss.plan(ss.everything(), new_graph, rows={"head": rowmap})
     ss.rewrite(prefix, tmp_path / "offline" / "model", rows={"head": rowmap})
@@ -342,8 +342,12 @@ def test_row_map_values_and_their_errors(tmp_path):
     with pytest.raises(RowMapError, match=r"^RowMap.keep takes old row indices \(0 or more\), got -2"):
         ss.RowMap.keep([1, -2])
     with pytest.raises(RowMapError) as raised:
-        apply_rows(old, ss.RowMap.keep([0, 7]))
+        apply_rows(old, ss.RowMap.keep([0, 7], axis=0))
     assert str(raised.value) == "1 row of a list of kept rows past the 3 old rows (new row 1 <- 7)"
+    with pytest.raises(RowMapError) as raised:
+        apply_rows(old, ss.RowMap.keep([0, 7]))
+    assert str(raised.value) == ("which axis holds the rows is not clear for a tensor of shape [3, 2]; "
+                                 "pass axis= to the RowMap")
 
 
 def test_command_line_names_a_bad_rows_option_in_one_line(trained, tmp_path, run_cli):

@@ -102,15 +102,21 @@ class RowRules:
             primary = roles.slot_of.get(name)
             if primary in self.maps and name not in self.maps and plan.spec(name)[0] == plan.spec(primary)[0]:
                 self.maps[name] = (self.maps[primary][0], True)
-        for name, (rowmap, _slot) in self.maps.items():
+        for name, (rowmap, slot) in list(self.maps.items()):
             shape = plan.spec(name)[0]
+            axis = rowmap.axis_for(new_shape=shape) if shape else None
             if not shape:
                 problems.append(f"rows: {name} is a scalar, it has no rows to map")
-            elif not -len(shape) <= rowmap.axis < len(shape):
+            elif axis is None and rowmap.axis is None:
+                problems.append(f"rows: no axis of {name} {list(shape)} has the {rowmap.new_rows:,} rows the map from "
+                                f"{rowmap.source} makes, or several have; pass axis= to the RowMap")
+            elif axis is None:
                 problems.append(f"rows: axis {rowmap.axis} is out of range for {name} of shape {list(shape)}")
-            elif shape[rowmap.axis] is not None and shape[rowmap.axis] != rowmap.new_rows:
-                problems.append(f"rows: {name} has {shape[rowmap.axis]:,} rows on axis {rowmap.axis}, the map from "
+            elif shape[axis] is not None and shape[axis] != rowmap.new_rows:
+                problems.append(f"rows: {name} has {shape[axis]:,} rows on axis {axis}, the map from "
                                 f"{rowmap.source} makes {rowmap.new_rows:,}")
+            else:
+                self.maps[name] = (rowmap.along(axis), slot)
         self.sources = {}  # variable -> the tensor it reads when its own is not in the checkpoint
         readers = {}
         plain, _ = split_remap(plan.remap)
@@ -196,7 +202,7 @@ class RowRules:
         if len(found_shape) != len(shape) or any(a != b for d, (a, b) in enumerate(zip(shape, found_shape))
                                                  if d != axis and a is not None):
             return Problem("shape", name, key, shape, dtype, found_shape, found_dtype,
-                           detail=f"only axis {rowmap.axis} (rows) may differ")
+                           detail=f"only axis {axis} (rows) may differ")
         text = rowmap.problem(found_shape, shape)
         if text is None:
             return None

@@ -48,8 +48,10 @@ def resolve_rows(catalog, names, rows) -> dict:
         primary = slot_of.get(name)
         if primary in mapped and name not in mapped and catalog.record(name).shape == catalog.record(primary).shape:
             mapped[name] = (mapped[primary][0], True)
-    for name, (rowmap, slot) in mapped.items():
+    for name, (rowmap, slot) in list(mapped.items()):
         problem = rowmap.problem(catalog.record(name).shape)
+        if problem is None:
+            mapped[name] = (rowmap.along(rowmap.axis_for(old_shape=catalog.record(name).shape)), slot)
         if problem is None and rowmap.init == "variable" and not slot and rowmap.is_new.any():
             problem = "init='variable' needs the graph's initializer; offline, use init='zeros', 'mean' or 'normal'"
         if problem is not None:

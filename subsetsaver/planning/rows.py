@@ -49,14 +49,15 @@ class RowMap:
 
     ``old_rows``: the row count the old tensor must have (a vocabulary's length), or None (any
     count above the largest index). ``axis``: the axis of rows (``-1`` for a dense layer's classes,
-    ``[units]`` bias and ``[inputs, units]`` kernel alike). ``seed``/``stddev``: for ``'normal'``
+    ``[units]`` bias and ``[inputs, units]`` kernel alike); None: found per variable by
+    :meth:`axis_for` (the first axis, unless only another one has the map's row count). ``seed``/``stddev``: for ``'normal'``
     (stddev None: the standard deviation of the old rows). ``source``: how it was made, for messages.
     """
 
     new_to_old: np.ndarray
     init: str = "zeros"
     old_rows: int | None = None
-    axis: int = 0
+    axis: int | None = None
     seed: int | None = None
     stddev: float | None = None
     source: str = "an index array"
@@ -81,7 +82,7 @@ class RowMap:
 
     # -- building --------------------------------------------------------------------
     @classmethod
-    def from_vocab(cls, old_vocab, new_vocab, init="mean", *, axis=0, seed=None, stddev=None) -> RowMap:
+    def from_vocab(cls, old_vocab, new_vocab, init="mean", *, axis=None, seed=None, stddev=None) -> RowMap:
         """The rows of ``new_vocab`` from those of ``old_vocab`` (files, one token a line, or lists
         of tokens): a token of both keeps its row, a new token gets a new row, a token only the
         old vocabulary has is dropped.
@@ -97,7 +98,7 @@ class RowMap:
         return cls(indices, init, old_rows=len(old_tokens), axis=axis, seed=seed, stddev=stddev, source=source)
 
     @classmethod
-    def from_indices(cls, new_to_old, init="zeros", *, old_rows=None, axis=0, seed=None, stddev=None) -> RowMap:
+    def from_indices(cls, new_to_old, init="zeros", *, old_rows=None, axis=None, seed=None, stddev=None) -> RowMap:
         """New row ``i`` takes old row ``new_to_old[i]``; -1 makes a new row.
 
         >>> RowMap.from_indices([3, -1, 0], init='zeros').counts(4)
@@ -106,7 +107,7 @@ class RowMap:
         return cls(np.asarray(new_to_old), init, old_rows=old_rows, axis=axis, seed=seed, stddev=stddev)
 
     @classmethod
-    def keep(cls, kept_old_rows, *, old_rows=None, axis=0) -> RowMap:
+    def keep(cls, kept_old_rows, *, old_rows=None, axis=None) -> RowMap:
         """Keep these old rows, in this order, and drop the others (a head trained on 700 of 1,000
         classes). ``kept_old_rows``: indices, or a file of one index a line.
 
@@ -144,14 +145,39 @@ class RowMap:
         dropped = (old_rows - np.unique(taken).size) if old_rows is not None else 0
         return RowCounts(int(taken.size), int(self.new_rows - taken.size), int(dropped))
 
+    def axis_for(self, *, new_shape=None, old_shape=None) -> int | None:
+        """The axis of rows of a variable of ``new_shape`` (or, offline, a tensor of ``old_shape``): ``axis``
+        when given; else 0 when it can hold the rows, else the one other axis that can; None if none can
+        or several can.
+
+        >>> RowMap.keep(range(700)).axis_for(new_shape=(64, 700)), RowMap.keep(range(700)).axis_for(new_shape=(700,))
+        (1, 0)
+        """
+        shape = tuple(new_shape if new_shape is not None else old_shape)
+        if self.axis is not None:
+            return self.axis % len(shape) if shape and -len(shape) <= self.axis < len(shape) else None
+        if new_shape is not None:
+            fits = [d for d, n in enumerate(shape) if n == self.new_rows]
+        else:
+            largest = int(self.new_to_old.max(initial=-1))
+            fits = [d for d, n in enumerate(shape) if n > largest and self.old_rows in (None, n)]
+        if 0 in fits:
+            return 0
+        return fits[0] if len(fits) == 1 else None
+
+    def along(self, axis) -> RowMap:
+        """This map on ``axis``."""
+        return dataclasses.replace(self, axis=axis)
+
     def problem(self, old_shape, new_shape=None) -> str | None:
         """Why this map cannot take an old tensor of ``old_shape`` into one of ``new_shape`` (None: it can)."""
         old_shape = tuple(old_shape)
         if not old_shape:
             return "a scalar has no rows"
-        axis = self.axis % len(old_shape) if -len(old_shape) <= self.axis < len(old_shape) else None
+        axis = self.axis_for(new_shape=new_shape, old_shape=old_shape)
         if axis is None:
-            return f"axis {self.axis} is out of range for a tensor of shape {list(old_shape)}"
+            wanted = f"axis {self.axis}" if self.axis is not None else "which axis holds the rows"
+            return f"{wanted} is not clear for a tensor of shape {list(old_shape)}; pass axis= to the RowMap"
         rows = old_shape[axis]
         if self.old_rows is not None and rows != self.old_rows:
             return (f"{self.source} expects {self.old_rows:,} old rows, the checkpoint's tensor has {rows:,} "
@@ -169,7 +195,7 @@ class RowMap:
 
     def new_shape(self, old_shape) -> tuple:
         shape = list(old_shape)
-        shape[self.axis % len(shape)] = self.new_rows
+        shape[self.axis_for(old_shape=old_shape)] = self.new_rows
         return tuple(shape)
 
     def describe(self, old_rows=None) -> str:
@@ -262,7 +288,7 @@ def apply_rows(old, rows, *, slot=False, stats=None) -> np.ndarray:
     problem = rows.problem(old.shape)
     if problem is not None:
         raise RowMapError(problem)
-    axis = rows.axis % old.ndim
+    axis = rows.axis_for(old_shape=old.shape)
     new = np.take(old, np.maximum(rows.new_to_old, 0), axis=axis) if old.shape[axis] else np.zeros(
         rows.new_shape(old.shape), old.dtype)
     added = np.flatnonzero(rows.is_new)
