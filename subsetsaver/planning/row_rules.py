@@ -10,7 +10,9 @@ reported at once, in one :class:`~subsetsaver.errors.RowMapError`, when the plan
 
 Such a variable is still saved under its own name. At restore time, per checkpoint, a variable
 whose own tensor already has the graph's shape is restored as it is (a resume); otherwise it
-reads its source tensor and, with a row map, gathers its rows. What each variable reads is
+reads its source tensor and, with a row map, gathers its rows. A vocabulary map that keeps the
+row count (a pure reordering) cannot be told from its result, so it always applies: resume such a
+run with a plan without ``rows``. What each variable reads is
 checked with the rest of the plan (a vocabulary of the wrong length is a ``rows`` problem among
 the missing and reshaped ones), and everything is restored in one ``session.run`` by ops built
 here, at plan time (:mod:`~subsetsaver.planning.restore_ops`).
