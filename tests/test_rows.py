@@ -380,3 +380,12 @@ def test_a_map_that_cannot_apply_initializes_its_variable_and_slots_with_on_mism
     assert [problem.kind for problem in report.mismatched] == ["rows", "rows", "rows"]
     assert (new["body/emb"] == 0.5).all() and not new["body/emb/Adam"].any()
     np.testing.assert_array_equal(new["head/kernel/Adam_1"], trained["old"]["head/kernel/Adam_1"])
+
+
+def test_a_resume_is_told_from_a_warm_start_by_what_the_map_could_apply_to():
+    from subsetsaver.planning.row_rules import _told_apart
+
+    assert _told_apart(ss.RowMap.keep(range(300, 1000), axis=0), (700,))  # indices past 700 rows: a resume
+    assert not _told_apart(ss.RowMap.from_indices([2, 0, 1], axis=0), (3,))  # a reordering applies
+    assert not _told_apart(ss.RowMap.from_indices([0, 1, -1], axis=0), (3,))  # could apply: give old_rows
+    assert _told_apart(ss.RowMap.from_indices([0, 1, -1], old_rows=2, axis=0), (3,))

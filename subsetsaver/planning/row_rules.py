@@ -10,9 +10,10 @@ reported at once, in one :class:`~subsetsaver.errors.RowMapError`, when the plan
 
 Such a variable is still saved under its own name. At restore time, per checkpoint, a variable
 whose own tensor already has the graph's shape is restored as it is (a resume); otherwise it
-reads its source tensor and, with a row map, gathers its rows. A vocabulary map that keeps the
-row count (a pure reordering) cannot be told from its result, so it always applies: resume such a
-run with a plan without ``rows``. What each variable reads is
+reads its source tensor and, with a row map, gathers its rows. A map whose input cannot be told
+from its result (a reordering that keeps the row count; an index map without ``old_rows`` that
+could apply to the new shape) applies: resume such a run with a plan without ``rows``, or give
+``from_indices`` its ``old_rows``. What each variable reads is
 checked with the rest of the plan (a vocabulary of the wrong length is a ``rows`` problem among
 the missing and reshaped ones), and everything is restored in one ``session.run`` by ops built
 here, at plan time (:mod:`~subsetsaver.planning.restore_ops`).
@@ -35,6 +36,15 @@ from .restore_ops import CheckpointRestoreOps, RowRestoreOps
 from .rows import RowMap
 
 _SHOWN = 5
+
+
+def _told_apart(rowmap, shape) -> bool:
+    """Whether a tensor of the graph's ``shape`` in the checkpoint is the map's result rather than its
+    input: the map's old row count differs from its new one, or (unknown) the map cannot apply to it."""
+    rows = shape[rowmap.axis]
+    if rowmap.old_rows is not None:
+        return rowmap.old_rows != rowmap.new_rows
+    return int(rowmap.new_to_old.max(initial=-1)) >= rows
 
 
 def split_remap(remap):
@@ -178,8 +188,8 @@ class RowRules:
             found_own = contents.get(own)
             resumed = found_own is not None and tuple(found_own[0]) == tuple(shape)
             rowmap = self.maps.get(name, (None,))[0]
-            if rowmap is not None and resumed and name not in self.sources and rowmap.old_rows == rowmap.new_rows:
-                resumed = False  # the same row count: the map cannot be told from its result, so it applies
+            if rowmap is not None and resumed and name not in self.sources and not _told_apart(rowmap, shape):
+                resumed = False  # the map could have made this tensor or apply to it: it applies
             if rowmap is None or resumed or source not in contents:
                 key = own if (resumed or found_own is not None or name not in self.sources) else source
                 expected.append((name, key, shape, dtype))
