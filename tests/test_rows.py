@@ -113,7 +113,8 @@ def test_vocabulary_growth_moves_rows_and_adam_slots_across_partitions(trained):
     np.testing.assert_array_equal(new["body/emb"][~kept][0], old["body/emb"].astype(np.float64).mean(0).astype(np.float32))
     assert (new["body/emb"][~kept] == new["body/emb"][~kept][0]).all()
     assert not new["body/emb/Adam"][~kept].any() and not new["body/emb/Adam_1"][~kept].any()
-    assert old["body/emb/Adam"][taken[kept]].all()  # the slots moved hold trained values, not zeros
+    moved = old["body/emb/Adam"][taken[kept]]  # trained values, not zeros (an initial weight may be exactly 0)
+    assert np.count_nonzero(moved) > 0.99 * moved.size
     for name in ("global_step", "beta1_power", "beta2_power", "head/kernel", "head/kernel/Adam"):
         np.testing.assert_array_equal(new[name], old[name])
     assert report.initialized == () and "body/emb/Adam_1" in report.restored
@@ -250,7 +251,7 @@ def test_head_keeps_700_of_1000_classes_with_their_momentum_in_the_plan_and_offl
             np.testing.assert_array_equal(new[name], old[name][:, kept])
         for name in ("head/out/bias", "head/out/bias/Momentum"):
             np.testing.assert_array_equal(new[name], old[name][kept])
-        assert old["head/out/kernel/Momentum"][:, kept].all()
+        assert np.count_nonzero(old["head/out/kernel/Momentum"][:, kept]) > 0.99 * 16 * 700
         assert new["global_step"] == old["global_step"]
 
 
