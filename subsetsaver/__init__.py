@@ -30,6 +30,7 @@ from .errors import (
     NoSaverError,
     OutputExistsError,
     RestoreOpsMissingError,
+    RowMapError,
     SelectorSyntaxError,
     SubsetSaverError,
     SubsetSaverWarning,
@@ -38,7 +39,7 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedRegexError,
 )
-from .planning import plan
+from .planning import RowMap, plan
 from .portable import restore_npz, save_npz
 from .selectors import (
     Selector,
@@ -92,6 +93,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "NoSaverError",
     "RestoreOpsMissingError",
+    "RowMap",
+    "RowMapError",
     "InvalidRegexError",
     "InvalidNameError",
     "UnsupportedRegexError",

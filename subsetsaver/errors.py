@@ -163,6 +163,11 @@ class CheckpointMismatchError(SubsetSaverError, ValueError):
         super().__init__(message)
 
 
+class RowMapError(SubsetSaverError, ValueError):
+    """A row map (``ss.RowMap``) or a rule of ``rows=``/``remap=`` that cannot apply: a vocabulary that
+    repeats a token, a map on a variable the plan does not save, two tensors sent into one variable."""
+
+
 class CorruptCheckpointError(SubsetSaverError, OSError):
     """A checkpoint file is missing, truncated, or fails its own validation."""
 

@@ -25,11 +25,15 @@ from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
 from .planner import ON_MISMATCH, Plan, plan
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
+from .row_rules import RowRules, split_remap
+from .row_stream import map_rows, parse_rows_option, resolve_rows
+from .rows import INITS, RowCounts, RowMap, apply_rows
 from .scaffold import initialize_if_uninitialized, scaffold
 from .tf_backend import TfBackend
 
 __all__ = [
     "BACKENDS",
+    "INITS",
     "ON_MISMATCH",
     "STATE_FILENAME",
     "STATE_FORMAT",
@@ -41,7 +45,11 @@ __all__ = [
     "Plan",
     "Problem",
     "RestoreReport",
+    "RowCounts",
+    "RowMap",
+    "RowRules",
     "TfBackend",
+    "apply_rows",
     "average_restore_map",
     "backend_class",
     "checkpoint_names",
@@ -49,9 +57,13 @@ __all__ = [
     "describe_all",
     "first_line",
     "initialize_if_uninitialized",
+    "map_rows",
+    "parse_rows_option",
+    "resolve_rows",
     "plan",
     "renamed_names",
     "scaffold",
     "shadow_names",
+    "split_remap",
     "suggest_remap",
 ]

@@ -37,6 +37,7 @@ from ..errors import (
     CheckpointWriteError,
     CorruptCheckpointError,
     EmptySelectionError,
+    RowMapError,
     SubsetSaverError,
     SubsetSaverWarning,
     UninitializedVariablesError,
@@ -49,6 +50,7 @@ from .averages import AverageRestorer
 from .backends import backend_class
 from .remap import checkpoint_names, nearest_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
+from .row_rules import RowRules, split_remap
 from .tf_backend import TfBackend
 
 ON_MISMATCH = ("error", "initialize")
@@ -63,13 +65,15 @@ _REJECTED_SAVER_OPTIONS = {
 
 
 
-def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_averages=None, strict=False,
-         **saver_kwargs) -> Plan:
+def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend="tf", use_averages=None,
+         strict=False, **saver_kwargs) -> Plan:
     """Build the plan for saving ``sel`` and initializing every other variable.
 
     ``sel``: a selector or its text. ``graph``: a ``tf.Graph`` (None: the default
     graph) or a ``.meta`` file. ``remap``: restore from checkpoints whose names differ
-    (see :func:`checkpoint_names`). ``on_mismatch``: 'error' (a restore with a missing,
+    (see :func:`checkpoint_names`; ``{"shared/emb": ["encoder/emb", "decoder/emb"]}`` reads one
+    tensor into several variables). ``rows``: ``{VARIABLE_OR_SCOPE: RowMap}``, rows moved with
+    their optimizer slots (see :mod:`subsetsaver.planning.row_rules`). ``on_mismatch``: 'error' (a restore with a missing,
     reshaped or retyped variable raises one CheckpointMismatchError listing them all) or
     'initialize' (those variables are initialized and reported). ``backend``: 'tf'
     (TensorFlow checkpoints through a Saver) or another registered backend (see
@@ -108,7 +112,7 @@ def plan(sel, graph=None, *, remap=None, on_mismatch="error", backend="tf", use_
         )
     warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=2)
     return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
-                saver_kwargs=saver_kwargs, use_averages=use_averages)
+                saver_kwargs=saver_kwargs, use_averages=use_averages, rows=rows)
 
 
 class Plan:
@@ -121,7 +125,7 @@ class Plan:
     """
 
     def __init__(self, selector, catalog, saved_names, *, remap, on_mismatch, backend, saver_kwargs,
-                 use_averages=None):
+                 use_averages=None, rows=None):
         import tensorflow as tf
 
         self.selector = selector
@@ -134,8 +138,15 @@ class Plan:
         self.rest_names = tuple(n for n in catalog.ordered_names if n not in chosen)
         self.saved = catalog.variables(self.saved_names)
         self.rest = catalog.variables(self.rest_names)
-        self.checkpoint_names = checkpoint_names(self.saved_names, self.remap)
         self._parts = {name: catalog.variables([name]) for name in catalog.ordered_names}
+        plain_remap, fanout = split_remap(self.remap)
+        self._rows = RowRules(self, rows, fanout) if rows or fanout else None  # checked before anything is built
+        if self._rows is not None and (backend.name != "tf" or use_averages not in (None, False)):
+            raise RowMapError("rows= and one-to-many remap rules restore TensorFlow checkpoints: use backend='tf' "
+                              "without use_averages")
+        fanned = self._rows.sources if self._rows is not None else {}
+        self.checkpoint_names = {**checkpoint_names([n for n in self.saved_names if n not in fanned], plain_remap),
+                                 **{name: name for name in fanned}}
         variables = {self.checkpoint_names[name]: self._parts[name] for name in self.saved_names}
         self.backend = backend(self.graph, variables, partial_restore=on_mismatch == "initialize", **saver_kwargs)
         with self.graph.as_default(), tf.compat.v1.name_scope("subsetsaver"):
@@ -150,6 +161,8 @@ class Plan:
             self._checked_names = [name for name, _part in checked]
             self._initialized = _initialized_flags([part for _name, part in checked]) if checked else None
         self._checkpoint_to_name = {key: name for name, key in self.checkpoint_names.items()}
+        if self._rows is not None:
+            self._rows.build()
         self.use_averages = use_averages
         self._averages = None
         if use_averages is not None and use_averages is not False:
@@ -230,14 +243,16 @@ class Plan:
 
     def _check(self, prefix, with_manifest=True) -> CheckReport:
         contents = self.backend.contents(prefix)
-        unmatched = sorted(k for k in contents if k not in self._checkpoint_to_name)
-        missing = [key for _name, key, *_spec in self._expected if key not in contents]
+        rows = self._rows.decide(contents) if self._rows is not None else None
+        expected = self._expected if rows is None else rows.expected
+        unmatched = sorted(k for k in contents if k not in self._checkpoint_to_name and not (rows and k in rows.read))
+        missing = [key for _name, key, *_spec in expected if key not in contents]
         remap, resolves = None, 0
         if missing and not self.remap:  # a suggestion is checked against every name, shape and dtype
             specs = {name: self.spec(name) for name in self.saved_names}
             remap, resolves = suggest_remap(missing, unmatched, expected=specs, contents=contents)
         nearest = nearest_names(missing, unmatched or sorted(contents), remap) if missing else {}
-        problems = compare_contents(self._expected, contents, nearest)
+        problems = compare_contents(expected, contents, nearest) + (rows.problems if rows else [])
         rest = set(self.rest_names) if unmatched else ()
         for key in unmatched:
             found_shape, found_dtype = contents[key]
@@ -307,7 +322,11 @@ class Plan:
 
         bad = {p.name for p in mismatched}
         try:
-            if not bad:
+            if self._rows is not None:
+                self._rows.restore(sess, prefix, self._rows.decide(self.backend.contents(prefix)), bad)
+                sess.run([self.init_op] + [part.initializer for name in self.saved_names if name in bad
+                                           for part in self._parts[name]])
+            elif not bad:
                 self.backend.restore(sess, prefix)
                 sess.run(self.init_op)
             else:

@@ -27,6 +27,7 @@ class Problem:
 
     ``kind``: 'missing' (the plan restores ``name`` but the checkpoint lacks
     ``checkpoint_name``), 'shape' or 'dtype' (both have it, differently), or
+    'rows' (a row map cannot take the checkpoint's tensor: ``detail`` says why), or
     'unexpected' (the checkpoint holds ``checkpoint_name`` and the plan does not restore
     it; ``name`` is set when the graph has that variable and will initialize it).
     ``nearest``: for a missing name, the closest name the checkpoint does hold.
@@ -40,6 +41,7 @@ class Problem:
     found_shape: tuple | None = None
     found_dtype: str | None = None
     nearest: str | None = None
+    detail: str | None = None
 
     @property
     def blocking(self) -> bool:
@@ -53,8 +55,11 @@ class Problem:
         if self.kind == "missing":
             hint = f"; nearest in the checkpoint: {self.nearest}" if self.nearest else ""
             return f"missing: {self.name}{renamed}, expected {expected}{hint}"
+        detail = f" ({self.detail})" if self.detail else ""
         if self.kind in ("shape", "dtype"):
-            return f"{self.kind} mismatch: {self.name}{renamed}, expected {expected}, checkpoint has {found}"
+            return f"{self.kind} mismatch: {self.name}{renamed}, expected {expected}, checkpoint has {found}{detail}"
+        if self.kind == "rows":
+            return f"row map: {self.name}{renamed}, checkpoint has {found}: {self.detail}"
         fate = f"; the plan initializes graph variable {self.name}" if self.name else ""
         return f"not restored: {self.checkpoint_name} {found}{fate}"
 
@@ -100,10 +105,11 @@ class CheckReport:
         """The text of the CheckpointMismatchError a restore raises for this report."""
         blocking = self.blocking
         counts = []
-        for kind, label in (("missing", "missing"), ("shape", "shape mismatch"), ("dtype", "dtype mismatch")):
+        for kind, label, plural in (("missing", "missing", ""), ("shape", "shape mismatch", "es"),
+                                    ("dtype", "dtype mismatch", "es"), ("rows", "row map problem", "s")):
             count = len(self.of_kind(kind))
             if count:
-                counts.append(f"{count} {label}{'es' if count > 1 and kind != 'missing' else ''}")
+                counts.append(f"{count} {label}{plural if count > 1 else ''}")
         lines = [f"checkpoint '{self.checkpoint}' does not match the plan {self.selector}: {', '.join(counts)}"]
         lines += describe_all(blocking)
         if self.manifest is not None:

@@ -64,12 +64,152 @@ class CheckpointRestoreOps:
 
         ``tensor_names``: key -> the checkpoint name to read it from (only with ``fed_names``).
         """
+        fetches, feeds = self.fetches(prefix, keys, tensor_names)
+        if fetches:
+            sess.run(fetches, feeds)
+
+    def fetches(self, prefix, keys, tensor_names=None):
+        """``(assign ops, feeds)`` that restore ``keys`` from ``prefix``, to run with other fetches."""
         keys = list(keys)
         feeds = {self._prefix_feed: prefix}
         for key in keys if self._name_feeds else ():
             feeds[self._name_feeds[key]] = [tensor_names[key]] * len(self._parts[key])
-        if keys:
-            sess.run([self.assigns[key] for key in keys], feeds)
+        return [self.assigns[key] for key in keys], feeds
+
+
+class RowRestoreOps:
+    """For each row-mapped variable: one ``RestoreV2`` of its old tensor (whole, however the
+    checkpoint partitions it), and per part of the variable a gather of the old rows its rows
+    take, new rows filled (see :class:`~subsetsaver.planning.rows.RowMap`), and an assign.
+
+    ``entries``: objects with ``name``, ``key`` (the checkpoint tensor to read), ``parts``
+    (tf.Variable list), ``rows`` (a RowMap) and ``slot`` (True: new rows are zero). Built now,
+    under ``scope``; :meth:`fetches` names what a restore runs.
+
+    >>> ops = RowRestoreOps(graph, [entry], scope='subsetsaver_rows')
+    >>> sess.run(*ops.fetches('ckpt/model', ['body/emb']))
+    """
+
+    def __init__(self, graph, entries, *, scope):
+        import tensorflow as tf
+
+        self.assigns = {}
+        with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope(scope):
+            self._prefix_feed = tf.compat.v1.placeholder(tf.string, [], name="prefix")
+            for entry in entries:
+                dtype = entry.parts[0].dtype.base_dtype
+                old = tf.raw_ops.RestoreV2(prefix=self._prefix_feed, tensor_names=[entry.key],
+                                           shape_and_slices=[""], dtypes=[dtype])[0]
+                ndim = len(_full_shape(entry.parts[0]))
+                fill = _RowFill(entry, old, ndim)
+                self.assigns[entry.name] = tf.group(*(part.assign(_mapped_part(part, old, entry.rows, ndim, fill),
+                                                                  read_value=False)
+                                                      for part in entry.parts))
+
+    def fetches(self, prefix, names):
+        """``(assign ops, feeds)`` that restore the variables ``names`` from ``prefix``."""
+        return [self.assigns[name] for name in names], {self._prefix_feed: prefix}
+
+
+def _full_shape(part) -> list:
+    info = tf_internals.slice_info(part)
+    return list(info.full_shape) if info is not None else part.shape.as_list()
+
+
+def _region(part):
+    """(offset, shape) of ``part`` in its full variable."""
+    info = tf_internals.slice_info(part)
+    if info is not None:
+        return list(info.var_offset), list(info.var_shape)
+    shape = part.shape.as_list()
+    return [0] * len(shape), shape
+
+
+def _to_front(tensor, axis, ndim):
+    import tensorflow as tf
+
+    if axis == 0:
+        return tensor
+    return tf.transpose(tensor, [axis] + [d for d in range(ndim) if d != axis])
+
+
+def _from_front(tensor, axis, ndim):
+    import tensorflow as tf
+
+    if axis == 0:
+        return tensor
+    order = [axis] + [d for d in range(ndim) if d != axis]
+    return tf.transpose(tensor, [order.index(d) for d in range(ndim)])
+
+
+class _RowFill:
+    """What fills new rows of one variable: zeros, the old rows' mean, a seeded normal (its numbers
+    drawn now, as the offline rewrite draws them) or the variable's own initializer."""
+
+    def __init__(self, entry, old, ndim):
+        import numpy as np
+        import tensorflow as tf
+
+        rows, self.kind = entry.rows, "zeros" if entry.slot else entry.rows.init
+        self.axis = rows.axis % ndim
+        self.dtype = entry.parts[0].dtype.base_dtype
+        self.added = {int(row): position for position, row in enumerate(np.flatnonzero(rows.is_new))}
+        self.mean = self.std = None
+        if self.kind in ("mean", "normal") and self.added:
+            wide = tf.cast(old, tf.float64)
+            self.mean = tf.reduce_mean(wide, axis=self.axis, keepdims=True)
+            if self.kind == "normal" and rows.stddev is None:
+                self.std = tf.math.reduce_std(wide)
+        if self.kind == "normal" and self.added:
+            full = _full_shape(entry.parts[0])
+            row_shape = [n for d, n in enumerate(full) if d != self.axis]
+            self.normal = np.random.default_rng(rows.seed).standard_normal((len(self.added), *row_shape))
+            self.stddev = rows.stddev
+
+    def rows_for(self, part, new_positions, region, ndim):
+        """``[len(new_positions), *row shape of part]``: the fill of the part's new rows."""
+        import numpy as np
+        import tensorflow as tf
+
+        offset, shape = region
+        front_shape = [len(new_positions)] + [n for d, n in enumerate(shape) if d != self.axis]
+        others = [slice(o, o + n) for d, (o, n) in enumerate(zip(offset, shape)) if d != self.axis]
+        if self.kind == "zeros":
+            return tf.zeros(front_shape, self.dtype)
+        if self.kind == "variable":
+            local = np.asarray(new_positions) - offset[self.axis]
+            return _to_front(tf.gather(part.initial_value, local, axis=self.axis), self.axis, ndim)
+        if self.kind == "mean":
+            mean = _to_front(self.mean, self.axis, ndim)[(slice(None), *others)]
+            return tf.broadcast_to(tf.cast(mean, self.dtype), front_shape)
+        drawn = self.normal[[self.added[int(row)] for row in new_positions]][(slice(None), *others)]
+        if self.stddev is not None:
+            return tf.constant((drawn * self.stddev).astype(self.dtype.as_numpy_dtype))
+        return tf.cast(tf.constant(drawn) * self.std, self.dtype)
+
+
+def _mapped_part(part, old, rows, ndim, fill):
+    """The value of ``part``: the old rows its rows take (``old`` cut to its region on the other
+    axes), its new rows filled."""
+    import numpy as np
+    import tensorflow as tf
+
+    axis = fill.axis
+    offset, shape = _region(part)
+    indices = rows.new_to_old[offset[axis]:offset[axis] + shape[axis]]
+    full = _full_shape(part)
+    if any(o != 0 or n != full[d] for d, (o, n) in enumerate(zip(offset, shape)) if d != axis):
+        begin = [0 if d == axis else o for d, o in enumerate(offset)]
+        old = tf.slice(old, begin, [-1 if d == axis else n for d, n in enumerate(shape)])
+    new_local = np.flatnonzero(indices < 0)
+    if not new_local.size:
+        return tf.gather(old, indices, axis=axis)
+    kept_local = np.flatnonzero(indices >= 0)
+    kept = _to_front(tf.gather(old, indices[kept_local], axis=axis), axis, ndim)
+    filled = fill.rows_for(part, new_local + offset[axis], (offset, shape), ndim)
+    # one pass that writes each row once, the kept ones gathered and the new ones filled
+    front = tf.dynamic_stitch([kept_local.astype(np.int32), new_local.astype(np.int32)], [kept, filled])
+    return _from_front(front, axis, ndim)
 
 
 def feed_groups(layouts) -> dict:

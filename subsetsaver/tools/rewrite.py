@@ -26,7 +26,7 @@ import os
 from .. import catalog as catalog_module
 from ..formats import checkpoint_writer, registry
 from ..formats.tf_bundle import dtypes as bundle_dtypes
-from ..planning import renamed_names
+from ..planning import map_rows, renamed_names, resolve_rows
 from ..selectors import as_selector
 
 FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
@@ -56,6 +56,8 @@ class RewriteReport:
     dropped: tuple
     nbytes: int
     written: bool
+    row_counts: tuple = ()  # (name, RowCounts) of each tensor whose rows ``rows`` moved
+
 
     @property
     def renamed(self) -> tuple:
@@ -66,11 +68,12 @@ class RewriteReport:
         return tuple(row for row in self.rows if row.dtype != row.new_dtype)
 
 
-def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=False, overwrite=False,
+def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, rows=None, dry_run=False, overwrite=False,
             to=None) -> RewriteReport:
     """Write the tensors of ``checkpoint`` that ``keep`` selects (None: all) to the new checkpoint
     ``output`` (a TensorFlow checkpoint unless ``to`` or its suffix names another format), renamed by
-    ``remap`` and cast by ``cast`` (``{selector: dtype}``)."""
+    ``remap``, cast by ``cast`` (``{selector: dtype}``), their rows moved by ``rows``
+    (``{NAME_OR_SCOPE: ss.RowMap}``, slots alike: see :mod:`subsetsaver.planning.row_stream`)."""
     selector = as_selector(keep, "keep")
     source = catalog_module.source_path(checkpoint)
     output = os.fspath(output)
@@ -80,17 +83,22 @@ def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, dry_run=Fal
     new_names = renamed_names(kept, remap)
     new_dtypes = _cast_dtypes(cat, kept, cast)
     records = cat.records_by_name
-    rows = tuple(RewriteRow(name, new_names[name], tuple(records[name].shape), records[name].dtype,
+    mapped = resolve_rows(cat, kept, rows)
+    shapes = {name: mapped[name][0].new_shape(records[name].shape) if name in mapped else tuple(records[name].shape)
+              for name in kept}
+    row_counts = tuple((name, mapped[name][0].counts(records[name].shape[mapped[name][0].axis])) for name in mapped)
+    rows = tuple(RewriteRow(name, new_names[name], shapes[name], records[name].dtype,
                             new_dtypes.get(name, records[name].dtype)) for name in kept)
     kept_set = set(kept)
     dropped = tuple(name for name in cat.ordered_names if name not in kept_set)
     nbytes = sum(catalog_module.value_bytes(row.shape, row.new_dtype) for row in rows)
     if dry_run:
-        return RewriteReport(source, output, rows, dropped, nbytes, written=False)
+        return RewriteReport(source, output, rows, dropped, nbytes, written=False, row_counts=row_counts)
+    moved = {new_names[name]: found for name, found in mapped.items()}
     written = checkpoint_writer.write_checkpoint(
-        output, _rewritten(source, rows), checkpoint_format=output_format, sources=[source], overwrite=overwrite,
-        specs=[(row.new, row.shape, row.new_dtype) for row in rows])
-    return RewriteReport(source, output, rows, dropped, written.nbytes, written=True)
+        output, map_rows(_rewritten(source, rows), moved), checkpoint_format=output_format, sources=[source],
+        overwrite=overwrite, specs=[(row.new, row.shape, row.new_dtype) for row in rows])
+    return RewriteReport(source, output, rows, dropped, written.nbytes, written=True, row_counts=row_counts)
 
 
 def parse_cast(texts) -> dict:
