@@ -275,9 +275,17 @@ class Zygote:
         return int(pid)
 
     def wait(self, pid, timeout=300):
-        """The raw wait status of child ``pid``; AssertionError if it runs longer than ``timeout`` seconds."""
+        """The raw wait status of child ``pid``; AssertionError if it runs longer than ``timeout`` seconds
+        (then it is killed, so that the zygote serves the next job)."""
         self._send({"op": "wait", "pid": pid})
-        line = self._readline(timeout).split()
+        try:
+            line = self._readline(timeout).split()
+        except AssertionError:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                os.kill(pid, sig)
+            self._readline(60)
+            self.children.discard(pid)
+            raise AssertionError(f"child {pid} did not end within {timeout} s; it was killed") from None
         assert line[:2] == ["exit", str(pid)], " ".join(line) + self.stderr()
         self.children.discard(pid)
         return int(line[2])
