@@ -13,8 +13,9 @@ After every kill the output, read with TensorFlow's reader (bundles), numpy (``.
 safetensors package, and with the library's reader, is either the previous or the new
 checkpoint, bit for bit, never neither; a bundle's ``checkpoint`` state file names one that
 restores whole. After the next successful write the directory holds exactly what one clean
-write leaves: no temporary file. Two writers of one output at once: the second is refused
-while the first is midway, with one line naming the first (its pid), and the first completes.
+write leaves: no temporary file. Two writers of one output at once (``SUBSETSAVER_RACE_TRIALS``
+times each): the second is refused while the first is stopped midway, with one line naming the
+first (its pid), and the first then completes.
 ``convert`` of a ~256 MB checkpoint of 64 MB tensors to ``.npz`` and ``.safetensors`` peaks at
 no more than two tensors and 64 MB (the child's ``ru_maxrss``).
 """
@@ -455,7 +456,7 @@ BIG_ELEMENTS = 16 << 20  # float32: 64 MiB each, 256 MiB in all
 
 
 def big_value(index):
-    return np.random.default_rng(index).standard_normal(BIG_ELEMENTS, dtype=np.float32)
+    return np.random.default_rng(index).random(BIG_ELEMENTS, dtype=np.float32)
 
 
 # Linux keeps a process's peak RSS across exec, so a child forked from this (large) test process would
