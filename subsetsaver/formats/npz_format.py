@@ -50,8 +50,7 @@ class NpzFormat(CheckpointFormat):
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         metadata = dict(metadata)
         selector = metadata.pop("selector", None)
-        npz.write(staged, ((name, array) for name, array in tensors), selector=selector, metadata=metadata,
-                  describe=False)
+        npz.write(staged, tensors, selector=selector, metadata=metadata, describe=False)  # one array held at a time
         return {str(final): staged}
 
 
