@@ -133,7 +133,9 @@ def _entries(path, every, op_names, nodes, has_local):
         else:
             shape = _shape(path, nodes[members[0][1]][1])
             nbytes = value_bytes(shape, dtype)
-        entries.append(CatalogEntry(name=name, shape=shape, dtype=dtype, nbytes=nbytes,
+        slices = tuple((tuple(d.save_slice_info_def.var_offset), tuple(d.save_slice_info_def.var_shape))
+                       for d, _op in members) if head is not None else ()
+        entries.append(CatalogEntry(name=name, shape=shape, dtype=dtype, nbytes=nbytes, part_slices=slices,
                                     parts=tuple(op for _d, op in members), index=first_seen[name]))
     return entries, names_of
 

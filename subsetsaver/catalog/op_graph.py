@@ -213,7 +213,7 @@ class OpGraph:
         if node is None or not may_call_functions(node.op):
             return
         called = []
-        for attr, value in node.attr.items():
+        for attr, value in sorted(node.attr.items()):  # by name: one order whoever decoded the node
             if value.HasField("func"):
                 called.append((attr, value.func.name))
             elif value.HasField("list"):

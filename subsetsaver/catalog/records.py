@@ -60,6 +60,7 @@ class CatalogEntry:
     index: int
     key: str | None = None          # object-based checkpoints: the tensor's checkpoint key
     object_path: str | None = None  # object-based checkpoints: the object path
+    part_slices: tuple = ()         # .meta files: (offset, shape) of each part of a partitioned variable
 
 
 class LazyEntries(collections.abc.Mapping):

@@ -7,7 +7,8 @@ Saver, ``staging``; ``npz_backend`` writes portable files through ``npz_ops`` an
 ``npz_layout``). Every op that puts checkpoint values into variables is built in
 ``restore_ops``. Every difference between a plan and a checkpoint is a ``reports.Problem``.
 ``averages`` restores moving-average shadows for evaluation; ``scaffold`` runs a plan
-inside ``MonitoredTrainingSession``.
+inside ``MonitoredTrainingSession``; ``preview`` is a plan's dry run without TensorFlow
+(names, sizes, the check against a checkpoint) for a ``.meta`` file.
 
 This room imports ``catalog``, ``selectors``, ``audit``, ``formats``, ``errors`` and
 ``tf_internals``. Other rooms use the names in ``__all__``.
@@ -23,6 +24,7 @@ from .averages import AverageRestorer, AverageRestoreReport, average_restore_map
 from .backends import BACKENDS, Backend, backend_class
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
 from .planner import ON_MISMATCH, Plan, plan
+from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
 from .scaffold import initialize_if_uninitialized, scaffold
@@ -39,6 +41,7 @@ __all__ = [
     "CheckReport",
     "NpzBackend",
     "Plan",
+    "PlanPreview",
     "Problem",
     "RestoreReport",
     "TfBackend",
@@ -50,6 +53,7 @@ __all__ = [
     "first_line",
     "initialize_if_uninitialized",
     "plan",
+    "plan_preview",
     "renamed_names",
     "scaffold",
     "shadow_names",
