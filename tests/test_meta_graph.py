@@ -62,7 +62,7 @@ ANSWERS = textwrap.dedent("""
             "selections": {text: ss.parse(text).names(cat, allow_empty=True) for text in SELECTIONS},
             "audits": {text: [f.to_json() for f in audit(ss.parse(text), cat)] for text in AUDITS},
         }
-        if train_ops:
+        if train_ops and all(key in cat.op_graph.type for key in train_ops):
             found["audit_fetching_train_op"] = [f.to_json() for f in audit(ss.trainable(), cat, fetches=train_ops)]
         return found
 """)
