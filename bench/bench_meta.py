@@ -46,7 +46,8 @@ def _example_graph(path):
     model = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(model)
     net = model.build()
-    tf.compat.v1.train.export_meta_graph(path, graph=net.graph)
+    with net.graph.as_default():
+        tf.compat.v1.train.export_meta_graph(path)
 
 
 def _process(command, allowed=(0,)):
