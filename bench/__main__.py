@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.report import print_line  # noqa: E402
 
 MODULES = ["bench.bench_selectors", "bench.bench_planner", "bench.bench_audit", "bench.bench_portable",
-           "bench.bench_long_runs", "bench.bench_files"]
+           "bench.bench_long_runs", "bench.bench_files", "bench.bench_meta"]
 
 
 def main(names=None):

@@ -244,10 +244,9 @@ def _stats_not_updated(catalog, flow, fetch_keys=None):
 
 
 def _find_stats_not_updated(catalog, flow, fetch_keys):
-    graph = catalog.graph
     statistics = set(catalog.role("bn_stat"))
     non_state = {r.name for r in catalog.records if r.trainable or r.roles & _OPTIMIZER_ROLES}
-    for key in _op_names(graph.get_collection(UPDATE_OPS)):
+    for key in catalog.op_collection(UPDATE_OPS):
         for write in flow.writes_behind(key):
             target = flow.target_of(write)
             if target is not None and target not in non_state:
@@ -292,18 +291,8 @@ def _training_step(catalog, flow, fetch_keys):
         runs = flow.needed_by(fetch_keys)
         if runs & updates:
             return [key for key in fetch_keys if flow.needed_by([key]) & updates], runs
-    training = list(dict.fromkeys(flow.training_ops(_op_names(catalog.graph.get_collection(TRAIN_OP)), updates)))
+    training = list(dict.fromkeys(flow.training_ops(catalog.op_collection(TRAIN_OP), updates)))
     return training, flow.needed_by(training)
-
-
-def _op_names(items):
-    names = []
-    for item in items:
-        op = getattr(item, "op", item)
-        name = getattr(op, "name", None)
-        if isinstance(name, str):
-            names.append(name.split(":")[0])
-    return names
 
 
 # -- optimizer state -----------------------------------------------------------------

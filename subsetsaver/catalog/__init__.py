@@ -1,8 +1,9 @@
 """The catalog room: one picture of a program's variables, read once from its source.
 
 Flow: a source (``tf.Graph``, ``.meta`` file, checkpoint (name- or object-based), Keras model) is read into a
-:class:`Catalog` (``sources``, ``checkpoints``, ``keras_source``); the graph's ops are
-joined with their function bodies (``op_graph``); each variable's role (optimizer slot,
+:class:`Catalog` (``sources``, ``meta_source`` (a ``.meta`` file without TensorFlow), ``checkpoints``,
+``keras_source``); the graph's ops, live or from the file, are joined with their function bodies
+in one view (``op_graph``); each variable's role (optimizer slot,
 batch-norm statistic, moving average, step) is found from that structure (``roles``);
 and who reads and writes each variable (``dataflow``) is what the audit reasons over.
 

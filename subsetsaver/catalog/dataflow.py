@@ -493,18 +493,13 @@ _cache = weakref.WeakKeyDictionary()  # catalog -> its Dataflow
 def dataflow(catalog) -> Dataflow:
     """The :class:`Dataflow` of a graph catalog, built once per catalog: the roles and the
     audit of one catalog share it."""
-    if catalog.graph is None:
+    if not catalog.traceable:
         raise TypeError(f"a {catalog.kind} catalog has no graph to trace; pass a tf.Graph or a .meta file")
     flow = _cache.get(catalog)
     if flow is None:
         with no_garbage_collection():
             variable_of = {part: name for name in catalog.ordered_names for part in catalog.parts(name)}
-            initializers = [
-                variable.initializer.name
-                for variable in catalog.variables(catalog.ordered_names)
-                if getattr(variable, "initializer", None) is not None
-            ]
-            flow = Dataflow(catalog.op_graph, variable_of, initializers)
+            flow = Dataflow(catalog.op_graph, variable_of, catalog.initializer_ops())
         _cache[catalog] = flow
     return flow
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import functools
 import re
+import sys
 
 from .. import tf_internals
 
@@ -61,6 +62,26 @@ _GRADIENT_ARGS = frozenset({"grad", "indices"})
 _FUNCTION_ATTRS = frozenset({"func", "list(func)"})
 
 
+_FILE_OP_DEFS = {}  # op type -> OpDef, from the op lists of the MetaGraph files read
+
+
+def register_op_defs(op_defs) -> None:
+    """Take the ``OpDef`` of each op type a MetaGraph file lists (op type -> OpDef), so that its graph
+    is traced without TensorFlow. TensorFlow's own registry answers first when it is loaded."""
+    new = {op_type: op_def for op_type, op_def in op_defs.items() if op_type not in _FILE_OP_DEFS}
+    if new:
+        _FILE_OP_DEFS.update(new)
+        for cached in (gradient_inputs, may_call_functions, _output_offsets):
+            cached.cache_clear()
+
+
+def op_def(op_type):
+    """The ``OpDef`` of ``op_type``: TensorFlow's registry if TensorFlow is loaded, else (or when it
+    does not know the op) the one a MetaGraph file listed; None when neither knows it."""
+    found = tf_internals.op_def(op_type) if sys.modules.get("tensorflow") is not None else None
+    return found if found is not None else _FILE_OP_DEFS.get(op_type)
+
+
 def is_apply_op(op_type: str) -> bool:
     """Optimizer update kernels: ApplyAdam, ResourceApplyMomentum, ResourceSparseApplyAdagrad, ..."""
     return bool(_APPLY.match(op_type))
@@ -94,8 +115,8 @@ def gradient_inputs(op_type: str) -> frozenset:
     """Input positions of an optimizer update that carry the gradient (empty for other ops)."""
     if not is_apply_op(op_type):
         return frozenset()
-    op_def = tf_internals.op_def(op_type)
-    names = [arg.name for arg in op_def.input_arg] if op_def is not None else []
+    found = op_def(op_type)
+    names = [arg.name for arg in found.input_arg] if found is not None else []
     return frozenset(i for i, name in enumerate(names) if name in _GRADIENT_ARGS)
 
 
@@ -104,8 +125,8 @@ def may_call_functions(op_type: str) -> bool:
     """Whether an op of ``op_type`` can call a function of the graph's library: its OpDef has a
     function attribute (``If``, ``While``, ``PartitionedCall``, ...), or it has no registered OpDef
     (a call of a library function by its name)."""
-    op_def = tf_internals.op_def(op_type)
-    return op_def is None or any(attr.type in _FUNCTION_ATTRS for attr in op_def.attr)
+    found = op_def(op_type)
+    return found is None or any(attr.type in _FUNCTION_ATTRS for attr in found.attr)
 
 
 def is_fused_batch_norm(op_type: str) -> bool:
@@ -192,7 +213,7 @@ class OpGraph:
         if node is None or not may_call_functions(node.op):
             return
         called = []
-        for attr, value in node.attr.items():
+        for attr, value in sorted(node.attr.items()):  # by name: one order whoever decoded the node
             if value.HasField("func"):
                 called.append((attr, value.func.name))
             elif value.HasField("list"):
@@ -296,18 +317,19 @@ class OpGraph:
         return seen
 
 
+@functools.lru_cache(maxsize=None)
 def _output_offsets(op_type):
     """Output argument name -> flat port, for ops whose outputs are single tensors."""
-    op_def = tf_internals.op_def(op_type)
-    if op_def is None:
+    found = op_def(op_type)
+    if found is None:
         return {}
-    return {arg.name: position for position, arg in enumerate(op_def.output_arg)}
+    return {arg.name: position for position, arg in enumerate(found.output_arg)}
 
 
 def input_is_variable(op_type, index) -> bool:
     """Whether input ``index`` of ``op_type`` takes a variable (reference or resource)."""
-    op_def = tf_internals.op_def(op_type)
-    if op_def is None or index >= len(op_def.input_arg):
+    found = op_def(op_type)
+    if found is None or index >= len(found.input_arg):
         return False
-    arg = op_def.input_arg[index]
+    arg = found.input_arg[index]
     return arg.is_ref or arg.type == DT_RESOURCE

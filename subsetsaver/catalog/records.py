@@ -60,6 +60,7 @@ class CatalogEntry:
     index: int
     key: str | None = None          # object-based checkpoints: the tensor's checkpoint key
     object_path: str | None = None  # object-based checkpoints: the object path
+    part_slices: tuple = ()         # .meta files: (offset, shape) of each part of a partitioned variable
 
 
 class LazyEntries(collections.abc.Mapping):
@@ -110,10 +111,15 @@ class Catalog:
     ``entries``: :class:`CatalogEntry` values in any order, or a :class:`LazyEntries` (already in
     creation order). ``collections``: key -> names. ``variables``: name -> its ``tf.Variable`` parts
     (a tuple); ``whole_variables``: name -> the one ``tf.Variable`` of a name that has no partitions.
+
+    A graph read without TensorFlow (a ``.meta`` file) has no ``graph``; it gives its op graph instead:
+    ``op_graph`` (a function that makes the :class:`OpGraph`), ``op_collections`` (key -> the op names
+    of a graph collection) and ``initializers`` (the variables' initializer op names).
     """
 
     def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None,
-                 checkpoint_kind=None, object_graph=None, whole_variables=None):
+                 checkpoint_kind=None, object_graph=None, whole_variables=None, op_graph=None,
+                 op_collections=None, initializers=None):
         self.kind = kind                       # 'graph', 'meta', 'keras' or 'checkpoint'
         self.checkpoint_kind = checkpoint_kind
         self.object_graph = object_graph
@@ -136,6 +142,9 @@ class Catalog:
         self._records = None
         self._records_by_name = None
         self._op_graph = None
+        self._op_graph_source = op_graph
+        self._op_collections = op_collections
+        self._initializers = initializers
         self._matching = {}  # selector leaf -> the names it matches (see names_matching)
 
     @functools.cached_property
@@ -189,17 +198,49 @@ class Catalog:
         return self._roles
 
     @property
+    def traceable(self) -> bool:
+        """Whether the catalog has a graph to trace (a live ``tf.Graph`` or a ``.meta`` file's ops)."""
+        return self.graph is not None or self._op_graph_source is not None
+
+    @property
     def op_graph(self):
         """The graph's ops and function bodies (an :class:`~subsetsaver.catalog.op_graph.OpGraph`),
         read once; None without a graph."""
-        if self._op_graph is None and self.graph is not None:
-            self._op_graph = OpGraph(self.graph.as_graph_def())
+        if self._op_graph is None:
+            if self._op_graph_source is not None:
+                self._op_graph = self._op_graph_source()
+            elif self.graph is not None:
+                self._op_graph = OpGraph(self.graph.as_graph_def())
         return self._op_graph
+
+    def op_collection(self, key) -> list:
+        """The names of the ops in graph collection ``key`` (``'update_ops'``, ``'train_op'``), without
+        ``:0``; [] without a graph."""
+        if self._op_collections is not None:
+            return list(self._op_collections.get(key, ()))
+        if self.graph is None:
+            return []
+        names = []
+        for item in self.graph.get_collection(key):
+            name = getattr(getattr(item, "op", item), "name", None)
+            if isinstance(name, str):
+                names.append(name.split(":")[0])
+        return names
+
+    def initializer_ops(self) -> list:
+        """The names of the initializer ops of every variable (partitions expanded)."""
+        if self._initializers is not None:
+            return list(self._initializers)
+        return [variable.initializer.name for variable in self.variables(self.ordered_names)
+                if getattr(variable, "initializer", None) is not None]
 
     def may_be_read_forward(self, names) -> bool:
         """Whether one of ``names`` may be read by a computation whose result is used, judged from the
         ops near each variable; False proves none is (see
-        :func:`~subsetsaver.catalog.dataflow.may_be_read_forward`)."""
+        :func:`~subsetsaver.catalog.dataflow.may_be_read_forward`). Without a live graph: True (the
+        dataflow decides)."""
+        if self.graph is None and self.traceable:
+            return True
         return may_be_read_forward(self, names)
 
     def names_matching(self, key, select) -> frozenset:

@@ -1,8 +1,8 @@
 """Reading a catalog from its source: a live graph, a ``.meta`` file, a checkpoint, a Keras model.
 
 This room is the only one that reads TensorFlow graphs. Sources: a live ``tf.Graph``
-(None means the default graph), a MetaGraph file (``.meta``, imported into a fresh
-graph), a checkpoint (prefix or directory: names, shapes and dtypes only), a Keras 3
+(None means the default graph), a MetaGraph file (``.meta``, read without TensorFlow by
+:mod:`~subsetsaver.catalog.meta_source`, or imported into a fresh graph for the planner), a checkpoint (prefix or directory: names, shapes and dtypes only), a Keras 3
 model (or ``(model, optimizer)``), or a catalog. A graph's catalog is cached until the
 graph's collections change.
 
@@ -20,35 +20,37 @@ import weakref
 
 from .. import tf_internals
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
+from ..formats import storage
 from ..formats.tf_index import file_bytes
-from . import keras_source
+from . import keras_source, meta_source
 from .checkpoints import file_catalog
 from .dataflow import no_garbage_collection
 from .records import (
-    GLOBAL_STEP,
     GLOBAL_VARIABLES,
     LOCAL_VARIABLES,
-    TRAINABLE_VARIABLES,
     Catalog,
     CatalogEntry,
     LazyEntries,
     value_bytes,
 )
-from .roles import roles_from_graph
 
 _graph_cache = weakref.WeakKeyDictionary()
 
 
-def load(source=None) -> Catalog:
+def load(source=None, *, live=False) -> Catalog:
     """A catalog for ``source``: a tf.Graph (None: the default graph), a ``.meta`` file,
     a checkpoint prefix or directory, a Keras model (or ``(model, optimizer)``), or a
-    catalog (returned as is)."""
+    catalog (returned as is).
+
+    A ``.meta`` file is read without TensorFlow (its catalog has ops, no ``tf.Graph``);
+    ``live=True`` imports it into a new ``tf.Graph`` instead, for callers that build ops.
+    """
     if isinstance(source, Catalog):
         return source
-    if isinstance(source, (str, os.PathLike)):  # checkpoints need no TensorFlow
+    if isinstance(source, (str, os.PathLike)):  # checkpoints and MetaGraph files need no TensorFlow
         path = os.fspath(source)
         if path.endswith(".meta"):
-            return _meta_catalog(path)
+            return _meta_catalog(path) if live else _meta_file_catalog(path)
         return file_catalog(path)
     import tensorflow as tf
 
@@ -118,13 +120,6 @@ def _read_variables(graph, kind) -> Catalog:
         if names:
             collections[key] = names
 
-    def roles(catalog):
-        steps = catalog.collection(GLOBAL_STEP) or frozenset(
-            name for name in catalog.ordered_names if name.rsplit("/", 1)[-1] == "global_step"
-            and catalog.entry(name).dtype.startswith("int") and catalog.entry(name).shape == ()
-        )
-        return roles_from_graph(catalog, catalog.collection(TRAINABLE_VARIABLES), steps)
-
     return Catalog(
         LazyEntries(order, make, known, part_names),
         collections,
@@ -132,7 +127,7 @@ def _read_variables(graph, kind) -> Catalog:
         graph=graph,
         variables=split,
         whole_variables=whole,
-        roles=roles,
+        roles=meta_source.graph_roles,
     )
 
 
@@ -173,6 +168,18 @@ def _entry(name, parts, index) -> CatalogEntry:
     )
 
 
+def _meta_file_catalog(path) -> Catalog:
+    """A ``.meta`` file's catalog without TensorFlow; a file in protobuf's text format is imported."""
+    if not storage.exists(path):
+        raise CheckpointNotFoundError(f"no MetaGraph file at '{path}'")
+    data = file_bytes(path)
+    if not data:
+        raise CorruptCheckpointError(f"'{path}' is empty (0 bytes), not a MetaGraph file; {_PASS_A_META_FILE}")
+    if meta_source.is_text_format(data):
+        return _meta_catalog(path)
+    return meta_source.meta_catalog(path, data)
+
+
 def _meta_catalog(path) -> Catalog:
     import tensorflow as tf
 
@@ -189,7 +196,7 @@ def _meta_catalog(path) -> Catalog:
 
 
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
-_PASS_A_META_FILE = "pass the .meta file that tf.compat.v1.train.Saver.save wrote"
+_PASS_A_META_FILE = meta_source.PASS_A_META_FILE
 
 
 def _read_meta_graph(path):
@@ -228,5 +235,4 @@ def _binary_parse_error(path):
 
 
 def _unreadable_meta(path, error) -> str:
-    return (f"'{path}' is not a readable MetaGraph file ({type(error).__name__}: {error}); "
-            f"{_PASS_A_META_FILE}")
+    return meta_source.unreadable(path, f"{type(error).__name__}: {error}")

@@ -32,7 +32,7 @@ def audit_command(graph, expression, fetches, as_json):
 
     selector = parse(expression)
     cat = catalog.load(graph)
-    if cat.graph is None:
+    if not cat.traceable:
         raise click.UsageError(f"--graph needs a MetaGraph file (.meta), got '{graph}'")
     findings = audit(selector, cat, fetches=list(fetches) or None)
     counts = {severity: sum(1 for f in findings if f.severity == severity) for severity in ("error", "warning", "info")}

@@ -15,7 +15,7 @@ import click
 
 from ..draw import draw_plan, draw_sets
 from ..errors import SubsetSaverWarning
-from ..planning import plan
+from ..planning import plan_preview
 from ..selectors import parse
 from .output import load_source, meta_graph_path, prepare_output
 
@@ -69,10 +69,10 @@ def draw_command(graph, checkpoint, save, set_options, tree, output, force):
 
 
 def _plan(saved, cat):
-    """(plan, findings): the planner's plan of a graph, which draw_plan audits; for a checkpoint
-    (no graph to plan or audit) a stand-in with the same names and no findings."""
-    if cat.graph is not None:
-        return plan(saved, cat), None
+    """(plan, findings): the plan of a graph (its preview: no TensorFlow needed), which draw_plan
+    audits; for a checkpoint (no graph to plan or audit) a stand-in with the same names and no findings."""
+    if cat.traceable:
+        return plan_preview(saved, cat), None
     saved_names = tuple(saved.names(cat))
     chosen = set(saved_names)
     stand_in = types.SimpleNamespace(saved_names=saved_names, catalog=cat,

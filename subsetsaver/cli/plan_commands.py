@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from ..planning import plan
+from ..planning import plan_preview
 from ..planning.sizes import smaller_text
 from ..selectors import format_bytes
 from ..tools.slim import slim
@@ -69,7 +69,7 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
     Exits 1 when CKPT is missing variables or has other shapes or dtypes (unless
     --on-mismatch initialize, which initializes them instead).
     """
-    the_plan = plan(expression, graph, remap=parse_remap(remap), on_mismatch=on_mismatch)
+    the_plan = plan_preview(expression, graph, remap=parse_remap(remap), on_mismatch=on_mismatch)  # no TensorFlow
     by_name = the_plan.catalog.records_by_name
     report = the_plan.check(checkpoint) if checkpoint else None
     if as_json:

@@ -16,6 +16,8 @@
 - ``npz_state``: ``checkpoint_npz.json``, the state file of a directory of portable
   checkpoints (the latest file, the kept ones).
 - ``safetensors_file``: safetensors files (through the ``safetensors`` package), for PyTorch and JAX.
+- ``meta_graph``: MetaGraph files (``.meta``) decoded without TensorFlow: the graph's ops and
+  function library, the op list, the collections and their ``VariableDef`` messages.
 - ``subset_manifest``: the ``PREFIX.subset.json`` file a plan writes beside its checkpoints.
 - ``tf_bundle``: TensorFlow's checkpoint files (tensor bundles: ``.index`` and ``.data-*``),
   read and written without TensorFlow (a package: wire format, table, dtypes, reader, writer).
@@ -39,6 +41,6 @@ Example::
     >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "name_format", "npz", "npz_format",
-           "npz_state", "object_format", "publish", "registry", "safetensors_file", "safetensors_format", "storage",
-           "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]
+__all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "meta_graph", "name_format", "npz",
+           "npz_format", "npz_state", "object_format", "publish", "registry", "safetensors_file", "safetensors_format",
+           "storage", "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]

@@ -7,7 +7,8 @@ Saver, ``staging``; ``npz_backend`` writes portable files through ``npz_ops`` an
 ``npz_layout``). Every op that puts checkpoint values into variables is built in
 ``restore_ops``. Every difference between a plan and a checkpoint is a ``reports.Problem``.
 ``averages`` restores moving-average shadows for evaluation; ``scaffold`` runs a plan
-inside ``MonitoredTrainingSession``.
+inside ``MonitoredTrainingSession``; ``preview`` is a plan's dry run without TensorFlow
+(names, sizes, the check against a checkpoint) for a ``.meta`` file.
 
 This room imports ``catalog``, ``selectors``, ``audit``, ``formats``, ``errors`` and
 ``tf_internals``. Other rooms use the names in ``__all__``.
@@ -23,6 +24,7 @@ from .averages import AverageRestorer, AverageRestoreReport, average_restore_map
 from .backends import BACKENDS, Backend, backend_class
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
 from .planner import ON_MISMATCH, Plan, plan
+from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
 from .row_rules import RowRules, split_remap
@@ -43,6 +45,7 @@ __all__ = [
     "CheckReport",
     "NpzBackend",
     "Plan",
+    "PlanPreview",
     "Problem",
     "RestoreReport",
     "RowCounts",
@@ -61,6 +64,7 @@ __all__ = [
     "parse_rows_option",
     "resolve_rows",
     "plan",
+    "plan_preview",
     "renamed_names",
     "scaffold",
     "shadow_names",

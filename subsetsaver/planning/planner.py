@@ -101,7 +101,7 @@ def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend
         if option in saver_kwargs:
             raise TypeError(f"plan() does not take the Saver option {option!r}: {why}")
 
-    catalog = catalog_module.load(graph)
+    catalog = catalog_module.load(graph, live=True)  # a .meta file is imported: the plan builds ops in it
     if catalog.graph is None:
         raise TypeError(f"plan() needs a graph with variables, not a {catalog.kind}; pass a tf.Graph or a .meta file")
     saved_names = sel.names(catalog)

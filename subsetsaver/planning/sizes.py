@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..formats.tf_bundle import dtypes as bundle_dtypes
+
 _BLOCK_SIZE = 256 * 1024         # table::Options::block_size
 _RESTART_INTERVAL = 16           # table::Options::block_restart_interval
 _BLOCK_TRAILER = 5               # compression type byte + crc32c
@@ -200,9 +202,10 @@ def _shape_proto(shape) -> int:
 
 
 def _dtype_enum(dtype: str) -> int:
-    import tensorflow as tf
+    return _DATA_TYPE_ENUMS[dtype]
 
-    return tf.as_dtype(dtype).as_datatype_enum
+
+_DATA_TYPE_ENUMS = {data_type.name: data_type.enum for data_type in bundle_dtypes.DATA_TYPES}
 
 
 def _entry(dtype, shape, shard, offset, nbytes) -> int:

@@ -30,8 +30,12 @@ from ..planning import map_rows, renamed_names, resolve_rows
 from ..selectors import as_selector
 
 FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
-_NUMPY_FLOATS = {data_type.name: bundle_dtypes.numpy_dtype(data_type) for data_type in bundle_dtypes.DATA_TYPES
-                 if data_type.name in FLOAT_TYPES}
+
+
+def _numpy_float(name):
+    """The numpy dtype of float type ``name``; ml_dtypes (bfloat16) is imported only when a cast needs it."""
+    return next(bundle_dtypes.numpy_dtype(data_type) for data_type in bundle_dtypes.DATA_TYPES
+                if data_type.name == name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +138,7 @@ def _cast_dtypes(cat, kept, cast) -> dict:
 
 def _rewritten(source, rows):
     """Yield ``(new name, array)`` for ``rows``, reading one tensor at a time and casting it."""
-    casts = {row.old: _NUMPY_FLOATS[row.new_dtype] for row in rows if row.dtype != row.new_dtype}
+    casts = {row.old: _numpy_float(row.new_dtype) for row in rows if row.dtype != row.new_dtype}
     new_names = {row.old: row.new for row in rows}
     for name, value in catalog_module.read_tensors(source, [row.old for row in rows]):
         yield new_names[name], value.astype(casts[name]) if name in casts else value
