@@ -68,6 +68,7 @@ class PlanPreview(Plan):
         self.backend = TfBackend  # its checkpoint lookups need no Saver
         self.use_averages = None
         self._averages = None
+        self._rows = None  # row maps need the graph's ops: a preview has none
 
     def spec(self, name) -> tuple:
         entry = self.catalog.entry(name)
