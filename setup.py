@@ -18,6 +18,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["subsetsaver", "subsetsaver.*"]),
+    package_data={"subsetsaver.layouts": ["maps/*.json"]},
     python_requires=">=3.10",
     install_requires=["tensorflow>=2.13", "numpy", "networkx>=2.6", "graphviz>=0.20", "click>=8", "google-re2>=1.1",
                       "google-crc32c>=1.5", "safetensors>=0.4", "ml_dtypes>=0.3", "tqdm>=4"],

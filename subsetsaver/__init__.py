@@ -26,6 +26,7 @@ from .errors import (
     Fix,
     InvalidOutputError,
     InvalidRegexError,
+    LayoutMapError,
     NoSaverError,
     OutputExistsError,
     RestoreOpsMissingError,
@@ -37,6 +38,7 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedRegexError,
 )
+from .layouts import convert
 from .planning import plan
 from .portable import restore_npz, save_npz
 from .selectors import (
@@ -92,11 +94,13 @@ __all__ = [
     "NoSaverError",
     "RestoreOpsMissingError",
     "InvalidRegexError",
+    "LayoutMapError",
     "UnsupportedRegexError",
     "average",
     "averages",
     "bn_stats",
     "collection",
+    "convert",
     "diff",
     "draw_plan",
     "draw_sets",
