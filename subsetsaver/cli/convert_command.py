@@ -26,11 +26,15 @@ from .output import echo_json
               help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
                    "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")
 @click.option("--match", "match", type=click.Choice(keras.MATCHES),
-              help="With --to object: pair the model's weights with SOURCE's by name (default; with --remap "
-                   "OLD=NEW from the checkpoint's names to the model's) or by creation order.")
+              help="With --to object: pair the model's weights with SOURCE's by the object graph's paths where "
+                   "SOURCE has them, then by name ('auto', the default), by name alone (with --remap OLD=NEW from "
+                   "the checkpoint's names to the model's) or by creation order.")
 @click.option("--on-mismatch", type=click.Choice(["error", "initialize"]),
               help="With --to object: what the model's weights that SOURCE lacks (or holds in another shape or "
                    "dtype) do: stop with every problem listed (default), or keep their built values.")
+@click.option("--no-optimizer", is_flag=True,
+              help="With --to object: load and write the model's weights alone, leaving out the optimizer that "
+                   "--model returns (and the checkpoint's optimizer slots).")
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Write tensor or scope OLD as NEW, e.g. model/=net/ (repeatable).")
 @click.option("--map", "layout_map", metavar="NAME",
@@ -43,8 +47,8 @@ from .output import echo_json
               "write nothing.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
-def convert_command(source, output, keep, to, model, match, on_mismatch, remap, layout_map, config, dry_run, force,
-                    as_json):
+def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
+                    dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -74,10 +78,11 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, remap, 
         if model is None:
             raise click.UsageError("--to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
                                    "model (or tf.Module, or (model, optimizer)) to write")
-        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "name",
-                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json)
+        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "auto",
+                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer)
         return
-    for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch)):
+    for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch),
+                        ("--no-optimizer", no_optimizer or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
     report = convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
@@ -104,9 +109,9 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, remap, 
         click.echo(f"warning: --keep \"{keep}\" leaves out no tensor of {report.source}", err=True)
 
 
-def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json):
+def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json, optimizer=True):
     report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match,
-                                      on_mismatch=on_mismatch, overwrite=force)
+                                      on_mismatch=on_mismatch, overwrite=force, optimizer=optimizer)
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:
