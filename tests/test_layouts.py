@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+
 import subsetsaver as ss
 from subsetsaver.formats import safetensors_file, tf_bundle
 
