@@ -136,11 +136,11 @@ def test_conversion_drops_optimizer_state_and_the_step_by_role(saved, tmp_path):
     report = ss.convert(source / "model.ckpt", tmp_path / "hf", map="gpt2-to-hf")
     with tf_bundle.BundleReader(source / "model.ckpt") as reader:
         slots = sorted(name for name in reader.names if name.endswith(("/Adam", "/Adam_1")))
-    assert len(slots) == 2 * 26
+    assert len(slots) == 2 * 28
     assert list(report.dropped) == sorted(["beta1_power", "beta2_power", "global_step", *slots])
     specs, metadata = safetensors_file.specs(tmp_path / "hf" / "model.safetensors")
     assert metadata == {"format": "pt"}
-    assert len(specs) == 26 and specs["h.1.attn.c_attn.weight"] == ((32, 96), "float32")
+    assert len(specs) == 28 and specs["h.1.attn.c_attn.weight"] == ((32, 96), "float32")
 
 
 def test_transformers_save_pretrained_directory_converts_back(saved, tmp_path):
@@ -184,5 +184,5 @@ def test_dry_run_prints_the_table_and_writes_nothing(saved, tmp_path, run_cli):
         "model/h0/ln_1/g         h.0.ln_1.weight         -           [32]",
     ]
     assert "model/h1/attn/c_attn/w  h.1.attn.c_attn.weight  squeeze(0)  [32, 96]" in lines
-    assert lines[-1] == "26 tensors, 113.9 KB; dropped 55 (optimizer state, step); nothing written (--dry-run)"
+    assert lines[-1] == "28 tensors, 113.9 KB; dropped 59 by the map's \"drop\"; nothing written (--dry-run)"
     assert not os.path.exists(tmp_path / "out")

@@ -157,7 +157,7 @@ def _with_map(source, output, layout_map, *, config, dry_run, force, as_json):
             click.echo(f"{source_name:<{widths[0]}}  {target:<{widths[1]}}  {transform or '-':<{widths[2]}}  "
                        f"{list(shape)}")
         click.echo(f"{len(report.rows)} tensors, {format_bytes(report.nbytes)}; dropped {len(report.dropped)} "
-                   f"(optimizer state, step); nothing written (--dry-run)")
+                   "by the map's \"drop\"; nothing written (--dry-run)")
         return
     click.echo(f"wrote {report.out_dir} by map {report.map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
                f"({', '.join(report.files)}; from {report.source}, config {report.config})")
