@@ -5,7 +5,9 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5",
-             "matplotlib-venn>=0.11"],
+             "matplotlib-venn>=0.11",
+             # the original TF1 code of the layout maps' families, and a library that reads their output
+             "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32"],
     "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
 }

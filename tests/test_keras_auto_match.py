@@ -2,6 +2,8 @@
 paired by the object graph's dependency paths, as TensorFlow 2 restores, with no remap; and TF1 slots
 kept under the optimizer's variable scope (``opt/conv_1/w/Adam``) found by role."""
 
+import sys
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -55,7 +57,7 @@ def test_match_name_still_needs_the_remap_that_auto_does_without(tmp_path):
         raise AssertionError("match='name' paired sequential/conv/kernel with conv/kernel")
 
 
-def _tf1_checkpoint_with_scoped_slots(prefix):
+def _tf1_checkpoint_with_scoped_slots(prefix, weights_only=False):
     """The MNIST example's layout: weights conv_1/w, conv_1/b, out/w, out/b; Adam under scope 'opt'."""
     rng = np.random.default_rng(3)
     graph = tf.Graph()
@@ -77,7 +79,7 @@ def _tf1_checkpoint_with_scoped_slots(prefix):
             sess.run(v1.global_variables_initializer())
             for _ in range(2):
                 sess.run(train)
-            v1.train.Saver().save(sess, prefix)
+            v1.train.Saver(v1.trainable_variables() if weights_only else None).save(sess, prefix)
             return {v.op.name: sess.run(v) for v in v1.global_variables()}
 
 
@@ -97,3 +99,34 @@ def test_slots_under_the_optimizers_scope_are_found_by_role(tmp_path):
         assert_same_bytes(state[f"{flat}_momentum"], values[f"opt/{old}/Adam"])
         assert_same_bytes(state[f"{flat}_velocity"], values[f"opt/{old}/Adam_1"])
     assert report.iterations == 2
+
+
+BUILDER = """
+import keras
+
+
+def build():
+    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(2, 3, name="conv"),
+                              keras.layers.Flatten(name="flatten"), keras.layers.Dense(3, name="out")], name="net")
+    return model, keras.optimizers.Adam(0.01, name="adam")
+"""
+REMAP_FLAGS = ["--remap", "conv_1/w=net/conv/kernel", "--remap", "conv_1/b=net/conv/bias",
+               "--remap", "out/w=net/out/kernel", "--remap", "out/b=net/out/bias"]
+
+
+def test_no_optimizer_is_the_flag_the_advice_names(tmp_path, run_cli, monkeypatch):
+    _tf1_checkpoint_with_scoped_slots(str(tmp_path / "model"), weights_only=True)
+    (tmp_path / "models.py").write_text(BUILDER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "models", raising=False)
+    out = tmp_path / "tf2" / "ckpt"
+    refused = run_cli("convert", tmp_path / "model", out, "--to", "object", "--model", "models:build", *REMAP_FLAGS)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-2] == (
+        "the checkpoint holds no optimizer slots: pass --no-optimizer to load the weights alone")
+    assert not out.parent.exists()
+    done = run_cli("convert", tmp_path / "model", out, "--to", "object", "--model", "models:build", *REMAP_FLAGS,
+                   "--no-optimizer")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "loaded 4 of 4 weights; all 4 read back bit-exact"
+    sys.modules.pop("models", None)
