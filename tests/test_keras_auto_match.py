@@ -2,6 +2,7 @@
 paired by the object graph's dependency paths, as TensorFlow 2 restores, with no remap; and TF1 slots
 kept under the optimizer's variable scope (``opt/conv_1/w/Adam``) found by role."""
 
+import os
 import sys
 
 import keras
@@ -130,3 +131,70 @@ def test_no_optimizer_is_the_flag_the_advice_names(tmp_path, run_cli, monkeypatc
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1] == "loaded 4 of 4 weights; all 4 read back bit-exact"
     sys.modules.pop("models", None)
+
+
+def _mnist_example_checkpoint(prefix):
+    """The worked example's own graph (examples/mnist_cnn/model.py), small, trained two steps, saved whole."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                                    "mnist_cnn"))
+    try:
+        import model as mnist_model
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    net = mnist_model.build(channels=(4, 8), fc_units=16)
+    images = rng.random((8, 784), dtype=np.float32)
+    t = net.tensors
+    with net.graph.as_default(), tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(2):
+            sess.run(t["train_op"], {t["x"]: images, t["labels"]: rng.integers(0, 10, 8), t["phase_train"]: True})
+        tf.compat.v1.train.Saver().save(sess, prefix)
+        values = {v.op.name: sess.run(v) for v in tf.compat.v1.global_variables()}
+        logits = sess.run(t["logits"], {t["x"]: images})
+    return values, images, logits
+
+
+def mnist_keras_3():
+    inputs = keras.Input((784,))
+    h = keras.layers.Reshape((28, 28, 1))(inputs)
+    for index, channels in ((1, 4), (2, 8)):
+        h = keras.layers.Conv2D(channels, 5, padding="same", name=f"conv_{index}")(h)
+        h = keras.layers.BatchNormalization(epsilon=1e-3, name=f"bn_{index}")(h)
+        h = keras.layers.MaxPool2D(2, padding="same")(keras.layers.ReLU()(h))
+    h = keras.layers.Dense(16, activation="relu", name="fc")(keras.layers.Flatten()(h))
+    return keras.Model(inputs, keras.layers.Dense(10, name="out")(h), name="mnist")
+
+
+MNIST_REMAP = {"fc/w": "fc/kernel", "fc/b": "fc/bias", "out/w": "out/kernel", "out/b": "out/bias"}
+for _index in (1, 2):
+    _bn = f"conv_{_index}/bn"
+    MNIST_REMAP.update({f"conv_{_index}/w": f"conv_{_index}/kernel", f"conv_{_index}/b": f"conv_{_index}/bias",
+                        f"{_bn}/beta": f"bn_{_index}/beta", f"{_bn}/gamma": f"bn_{_index}/gamma",
+                        f"{_bn}/{_bn}/moments/Squeeze/ExponentialMovingAverage": f"bn_{_index}/moving_mean",
+                        f"{_bn}/{_bn}/moments/Squeeze_1/ExponentialMovingAverage": f"bn_{_index}/moving_variance"})
+
+
+def test_the_mnist_examples_checkpoint_loads_with_weight_rules_only_and_its_scoped_slots(tmp_path):
+    values, images, logits = _mnist_example_checkpoint(str(tmp_path / "model"))
+    model, optimizer = mnist_keras_3(), keras.optimizers.Adam(1e-3)
+    report = ss.keras.load_checkpoint(model, str(tmp_path / "model"), optimizer, remap=MNIST_REMAP)
+    assert report.restored == {new: old for old, new in MNIST_REMAP.items()}
+    for weight in model.weights:
+        assert_same_bytes(np.asarray(weight.numpy()), values[report.restored[weight.path]])
+    state = {v.path.split("/", 1)[1]: np.array(v.numpy()) for v in optimizer.variables}
+    trainable = [w.path for w in model.trainable_weights]
+    assert len(trainable) == 12
+    for path in trainable:
+        flat = path.replace("/", "_")
+        assert_same_bytes(state[f"{flat}_momentum"], values[f"opt/{report.restored[path]}/Adam"])
+        assert_same_bytes(state[f"{flat}_velocity"], values[f"opt/{report.restored[path]}/Adam_1"])
+        assert np.any(state[f"{flat}_velocity"] != 0)
+    assert report.iterations == 2 == int(optimizer.iterations.numpy())
+
+    by_hand = mnist_keras_3()
+    for weight in by_hand.weights:
+        weight.assign(values[report.restored[weight.path]])
+    loaded = np.asarray(model(images, training=False))
+    assert_same_bytes(loaded, np.asarray(by_hand(images, training=False)))
+    assert float(np.abs(loaded - logits).max()) <= 1e-5
