@@ -189,3 +189,53 @@ def test_cli_refusals_are_one_line(tmp_path, run_cli):
     result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "gpt2-to-hf", "--keep", "trainable()")
     assert result.returncode == 2 and "--keep does not go with --map" in result.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+def bert_checkpoint(directory, hidden=4):
+    """google-research/bert's names and shapes for one layer, random values, and bert_config.json."""
+    rng = np.random.default_rng(1)
+    layer = "bert/encoder/layer_0"
+    shapes = {"bert/embeddings/word_embeddings": (5, hidden), "bert/embeddings/token_type_embeddings": (2, hidden),
+              "bert/embeddings/position_embeddings": (6, hidden), "bert/pooler/dense/kernel": (hidden, hidden),
+              "bert/pooler/dense/bias": (hidden,), f"{layer}/intermediate/dense/kernel": (hidden, 2 * hidden),
+              f"{layer}/intermediate/dense/bias": (2 * hidden,), f"{layer}/output/dense/kernel": (2 * hidden, hidden),
+              f"{layer}/output/dense/bias": (hidden,), f"{layer}/attention/output/dense/kernel": (hidden, hidden),
+              f"{layer}/attention/output/dense/bias": (hidden,)}
+    for part in ("query", "key", "value"):
+        shapes.update({f"{layer}/attention/self/{part}/kernel": (hidden, hidden),
+                       f"{layer}/attention/self/{part}/bias": (hidden,)})
+    for norm in ("bert/embeddings/LayerNorm", f"{layer}/attention/output/LayerNorm", f"{layer}/output/LayerNorm"):
+        shapes.update({f"{norm}/gamma": (hidden,), f"{norm}/beta": (hidden,)})
+    arrays = {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
+    arrays["bert/pooler/dense/kernel/adam_m"] = np.zeros((hidden, hidden), np.float32)  # AdamWeightDecay's slots
+    arrays["bert/pooler/dense/kernel/adam_v"] = np.zeros((hidden, hidden), np.float32)
+    os.makedirs(directory, exist_ok=True)
+    tf_bundle.write(os.path.join(directory, "bert_model.ckpt"), arrays)
+    with open(os.path.join(directory, "bert_config.json"), "w") as handle:
+        json.dump({"vocab_size": 5, "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": 2,
+                   "intermediate_size": 2 * hidden, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+                   "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 6, "type_vocab_size": 2,
+                   "initializer_range": 0.02}, handle)
+    return os.path.join(directory, "bert_model.ckpt"), arrays
+
+
+def test_bert_kernels_are_transposed_and_older_gamma_beta_names_convert_back(tmp_path):
+    checkpoint, arrays = bert_checkpoint(tmp_path / "bert")
+    report = ss.convert(checkpoint, tmp_path / "hf", map="bert-to-hf")
+    assert report.dropped == ("bert/pooler/dense/kernel/adam_m", "bert/pooler/dense/kernel/adam_v")
+    hf = dict(safetensors_file.read(tmp_path / "hf" / "model.safetensors", [target for _, target, _, _ in report.rows]))
+    kernel = arrays["bert/encoder/layer_0/attention/self/key/kernel"]
+    assert hf["bert.encoder.layer.0.attention.self.key.weight"].tobytes() == np.ascontiguousarray(kernel.T).tobytes()
+    with open(tmp_path / "hf" / "config.json") as handle:
+        assert json.load(handle)["hidden_act"] == "gelu_new"
+    # an older Hugging Face file: LayerNorm.gamma and LayerNorm.beta, and no 'bert.' prefix
+    older = {name.replace("bert.", "", 1).replace("LayerNorm.weight", "LayerNorm.gamma")
+             .replace("LayerNorm.bias", "LayerNorm.beta"): value for name, value in hf.items()}
+    os.makedirs(tmp_path / "older")
+    safetensors_file.write(tmp_path / "older" / "model.safetensors", older)
+    os.replace(tmp_path / "hf" / "config.json", tmp_path / "older" / "config.json")
+    ss.convert(tmp_path / "older", tmp_path / "back", map="hf-to-bert")
+    with tf_bundle.BundleReader(tmp_path / "back" / "model.ckpt") as reader:
+        assert sorted(reader.names) == sorted(name for name in arrays if "/adam_" not in name)
+        for name in reader.names:
+            assert reader.read(name).tobytes() == arrays[name].tobytes(), name

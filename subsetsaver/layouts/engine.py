@@ -85,11 +85,11 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
     unmapped tensor.
     """
     dropped = set(dropped)
-    prefix = layout.optional_prefix
+    prefix, aliases = layout.optional_prefix, layout.source.get("aliases", {})
     by_short = {}
     for name in specs:
         if name not in dropped:
-            by_short[name[len(prefix):] if prefix and name.startswith(prefix) else name] = name
+            by_short[_short_name(name, prefix, aliases)] = name
     claimed, steps, targets = set(), [], {}
     for rule in layout.rules:
         matched = False
@@ -125,6 +125,17 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
         raise LayoutMapError(f"map '{layout.name}' has no rule for {len(unmapped)} tensor(s): {shown}",
                              fix="add rules for them to a copy of the map, or drop them with the map's \"drop\"")
     return ConversionPlan(layout=layout, steps=tuple(steps), dropped=tuple(sorted(dropped & set(specs))))
+
+
+def _short_name(name, prefix, aliases):
+    """``name`` as the rules see it: without the optional prefix, an aliased ending replaced
+    (``LayerNorm.gamma`` as ``LayerNorm.weight`` in older Hugging Face files)."""
+    if prefix and name.startswith(prefix):
+        name = name[len(prefix):]
+    for old, new in aliases.items():
+        if name.endswith(old):
+            return name[:-len(old)] + new
+    return name
 
 
 def _target_specs(rule, source_specs, names):
