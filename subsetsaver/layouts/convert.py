@@ -27,7 +27,7 @@ from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
 from .engine import plan_conversion
 from .maps import load_map
-from .output import TensorStream, write_safetensors, write_tf_checkpoint
+from .output import TensorStream, nbytes, write_safetensors, write_tf_checkpoint
 
 SAFETENSORS_FILE = "model.safetensors"
 TF_PREFIX = "model.ckpt"
@@ -74,10 +74,10 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
     target_config = map_config(layout.config, read_config(config_path), source_name=f"config '{config_path}'")
     out_dir = os.fspath(out_dir)
     rows = tuple(plan.rows())
-    nbytes = sum(_nbytes(shape, dtype) for shape, dtype in plan.specs.values())
+    size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
     if dry_run:
         return LayoutReport(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                            dropped=plan.dropped, files=(), nbytes=nbytes, dry_run=True)
+                            dropped=plan.dropped, files=(), nbytes=size, dry_run=True)
     config_file = os.path.join(out_dir, layout.target["config"])
     weights = os.path.join(out_dir, SAFETENSORS_FILE if layout.target_layout == "safetensors" else TF_PREFIX)
     _prepare(out_dir, [config_file, weights if layout.target_layout == "safetensors" else weights + ".index"],
@@ -89,7 +89,7 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
         write_tf_checkpoint(weights, stream)
     atomic.write_bytes(config_file, config_bytes(target_config))
     return LayoutReport(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                        dropped=plan.dropped, files=(weights, config_file), nbytes=nbytes, dry_run=False)
+                        dropped=plan.dropped, files=(weights, config_file), nbytes=size, dry_run=False)
 
 
 def _source_path(layout, checkpoint):
@@ -114,11 +114,3 @@ def _prepare(out_dir, files, overwrite):
         raise LayoutMapError(f"'{existing[0]}' exists", fix="choose an empty OUT_DIR, or pass --force "
                              "(overwrite=True in Python) to replace it")
     os.makedirs(out_dir, exist_ok=True)
-
-
-def _nbytes(shape, dtype):
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count * {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int8": 1, "uint8": 1,
-                    "bool": 1, "int16": 2}.get(dtype, 4)

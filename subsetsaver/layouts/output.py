@@ -47,7 +47,7 @@ def write_safetensors(path, stream, metadata=None) -> str:
     for name, (shape, dtype) in stream.specs.items():
         if dtype not in _CODES:
             raise UnsupportedDtypeError(f"safetensors files hold numbers only; cannot write '{name}' ({dtype})")
-        size = math.prod(shape) * np.dtype(_numpy_dtype(dtype)).itemsize
+        size = nbytes(shape, dtype)
         header[name] = {"dtype": _CODES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -65,6 +65,11 @@ def write_safetensors(path, stream, metadata=None) -> str:
         raise CorruptCheckpointError(f"'{path}' does not hold the tensors just written to it")
     _verify(path, sums, safetensors_file.read(path, list(stream.specs)))
     return path
+
+
+def nbytes(shape, dtype) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype`` (a numpy dtype name, ml_dtypes' included)."""
+    return math.prod(shape) * np.dtype(_numpy_dtype(dtype)).itemsize
 
 
 def write_tf_checkpoint(prefix, stream) -> str:
