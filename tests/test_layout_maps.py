@@ -239,3 +239,21 @@ def test_bert_kernels_are_transposed_and_older_gamma_beta_names_convert_back(tmp
         assert sorted(reader.names) == sorted(name for name in arrays if "/adam_" not in name)
         for name in reader.names:
             assert reader.read(name).tobytes() == arrays[name].tobytes(), name
+
+
+def test_an_output_that_does_not_read_back_as_written_is_removed(tmp_path, monkeypatch):
+    from subsetsaver.layouts import output
+
+    real_read = output.safetensors_file.read
+
+    def flipped(path, names):  # a disk that returns other bytes than it was given
+        for name, array in real_read(path, names):
+            yield name, array + 1
+
+    monkeypatch.setattr(output.safetensors_file, "read", flipped)
+    stream = layouts.TensorStream({"a": ((2,), "float32")}, iter([("a", np.zeros(2, np.float32))]))
+    with pytest.raises(CorruptCheckpointError) as error:
+        layouts.write_safetensors(tmp_path / "model.safetensors", stream)
+    assert str(error.value) == (f"'{tmp_path / 'model.safetensors'}': tensor 'a' reads back different from what was "
+                                "written")
+    assert os.listdir(tmp_path) == []

@@ -3,7 +3,8 @@ path and a stream of (name, array) whose names, shapes and dtypes are known up f
 
 :func:`write_safetensors` writes a ``.safetensors`` file as a stream: the header first (from the
 planned shapes), then each array as it comes, into a temporary file renamed into place; then
-reads the file back and checks every tensor's bytes against what was written.
+reads the file back and checks every tensor's bytes against what was written (a file that
+does not read back as written is removed, and the error raised).
 :func:`write_tf_checkpoint` does the same for a TensorFlow name-based checkpoint prefix.
 
 Example::
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import zlib
 
 import numpy as np
@@ -60,10 +62,14 @@ def write_safetensors(path, stream, metadata=None) -> str:
             data = memoryview(np.ascontiguousarray(array)).cast("B")
             sums[name] = zlib.crc32(data)
             sink.write(data)
-    found, _ = safetensors_file.specs(path)
-    if {name: (tuple(shape), dtype) for name, (shape, dtype) in found.items()} != dict(stream.specs):
-        raise CorruptCheckpointError(f"'{path}' does not hold the tensors just written to it")
-    _verify(path, sums, safetensors_file.read(path, list(stream.specs)))
+    try:
+        found, _ = safetensors_file.specs(path)
+        if {name: (tuple(shape), dtype) for name, (shape, dtype) in found.items()} != dict(stream.specs):
+            raise CorruptCheckpointError(f"'{path}' does not hold the tensors just written to it")
+        _verify(path, sums, safetensors_file.read(path, list(stream.specs)))
+    except CorruptCheckpointError:
+        os.remove(path)
+        raise
     return path
 
 
@@ -80,8 +86,14 @@ def write_tf_checkpoint(prefix, stream) -> str:
         for name, array in _checked(stream):
             sums[name] = zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"))
             writer.add(name, array)
-    with tf_bundle.BundleReader(prefix) as reader:
-        _verify(prefix, sums, ((name, reader.read(name)) for name in stream.specs))
+    try:
+        with tf_bundle.BundleReader(prefix) as reader:
+            _verify(prefix, sums, ((name, reader.read(name)) for name in stream.specs))
+    except CorruptCheckpointError:
+        for path in (tf_bundle.index_path(prefix), tf_bundle.data_path(prefix, 0, 1)):
+            if os.path.exists(path):
+                os.remove(path)
+        raise
     tf_state.name_latest(prefix)
     return prefix
 
