@@ -244,13 +244,28 @@ def test_bert_kernels_are_transposed_and_older_gamma_beta_names_convert_back(tmp
 def test_an_output_that_does_not_read_back_as_written_is_removed(tmp_path, monkeypatch):
     from subsetsaver.layouts import output
 
-    real_read = output.safetensors_file.read
+    real_replacing = output.atomic.replacing
 
-    def flipped(path, names):  # a disk that returns other bytes than it was given
-        for name, array in real_read(path, names):
-            yield name, array + 1
+    class Flipping:  # a disk that keeps other bytes than it was given for the tensor's data
+        def __init__(self, sink):
+            self.sink, self.writes = sink, 0
 
-    monkeypatch.setattr(output.safetensors_file, "read", flipped)
+        def write(self, data):
+            self.writes += 1
+            self.sink.write(bytes(b ^ 1 for b in bytes(data)) if self.writes == 3 else data)
+
+    def flipping(path):
+        class Context:
+            def __enter__(self):
+                self.inner = real_replacing(path)
+                return Flipping(self.inner.__enter__())
+
+            def __exit__(self, *exc_info):
+                return self.inner.__exit__(*exc_info)
+
+        return Context()
+
+    monkeypatch.setattr(output.atomic, "replacing", flipping)
     stream = layouts.TensorStream({"a": ((2,), "float32")}, iter([("a", np.zeros(2, np.float32))]))
     with pytest.raises(CorruptCheckpointError) as error:
         layouts.write_safetensors(tmp_path / "model.safetensors", stream)
