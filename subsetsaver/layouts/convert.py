@@ -22,7 +22,7 @@ import os
 
 from .. import catalog as catalog_module
 from ..errors import LayoutMapError
-from ..formats import atomic, safetensors_file
+from ..formats import safetensors_file, storage
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
 from .engine import plan_conversion
@@ -84,10 +84,10 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
              overwrite)
     stream = TensorStream(plan.specs, plan.stream(catalog_module.read_tensors(source, plan.source_names)))
     if layout.target_layout == "safetensors":
-        write_safetensors(weights, stream, layout.target.get("metadata"))
+        write_safetensors(weights, stream, layout.target.get("metadata"), overwrite=overwrite)
     else:
-        write_tf_checkpoint(weights, stream)
-    atomic.write_bytes(config_file, config_bytes(target_config))
+        write_tf_checkpoint(weights, stream, overwrite=overwrite)
+    storage.write_bytes(config_file, config_bytes(target_config))
     return LayoutReport(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
                         dropped=plan.dropped, files=(weights, config_file), nbytes=size, dry_run=False)
 
@@ -109,8 +109,9 @@ def _source_path(layout, checkpoint):
 
 
 def _prepare(out_dir, files, overwrite):
-    existing = [path for path in files if os.path.exists(path)]
+    existing = [path for path in files if storage.exists(path)]
     if existing and not overwrite:
         raise LayoutMapError(f"'{existing[0]}' exists", fix="choose an empty OUT_DIR, or pass --force "
                              "(overwrite=True in Python) to replace it")
-    os.makedirs(out_dir, exist_ok=True)
+    if storage.exists(out_dir) and not storage.is_directory(out_dir):
+        raise LayoutMapError(f"OUT_DIR '{out_dir}' is a file", fix="name a directory (new or existing)")
