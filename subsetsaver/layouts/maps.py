@@ -32,6 +32,7 @@ import os
 import re
 
 from ..errors import LayoutMapError
+from ..formats import storage
 from .transforms import parse_transforms
 
 MAPS_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "maps")
@@ -41,7 +42,8 @@ _PLACEHOLDER = re.compile(r"\{(\d+)\}")
 
 def shipped_maps() -> tuple:
     """The names of the maps shipped with the package, sorted."""
-    return tuple(sorted(name[:-5] for name in os.listdir(MAPS_DIRECTORY) if name.endswith(".json")))
+    return tuple(sorted(os.path.basename(name)[:-5] for name in storage.list_directory(MAPS_DIRECTORY)
+                        if name.endswith(".json")))
 
 
 @dataclasses.dataclass(frozen=True)
