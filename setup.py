@@ -5,7 +5,9 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5",
-             "matplotlib-venn>=0.11"],
+             "matplotlib-venn>=0.11",
+             # the original TF1 code of the layout maps' families, and a library that reads their output
+             "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32"],
     "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
 }
@@ -18,6 +20,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["subsetsaver", "subsetsaver.*"]),
+    package_data={"subsetsaver.layouts": ["maps/*.json"]},
     python_requires=">=3.10",
     install_requires=["tensorflow>=2.13", "numpy", "networkx>=2.6", "graphviz>=0.20", "click>=8", "google-re2>=1.1",
                       "google-crc32c>=1.5", "safetensors>=0.4", "ml_dtypes>=0.3", "tqdm>=4"],

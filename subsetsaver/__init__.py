@@ -27,6 +27,7 @@ from .errors import (
     InvalidNameError,
     InvalidOutputError,
     InvalidRegexError,
+    LayoutMapError,
     NoSaverError,
     OutputExistsError,
     RestoreOpsMissingError,
@@ -39,6 +40,7 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedRegexError,
 )
+from .layouts import convert
 from .planning import RowMap, plan
 from .portable import restore_npz, save_npz
 from .selectors import (
@@ -97,11 +99,13 @@ __all__ = [
     "RowMapError",
     "InvalidRegexError",
     "InvalidNameError",
+    "LayoutMapError",
     "UnsupportedRegexError",
     "average",
     "averages",
     "bn_stats",
     "collection",
+    "convert",
     "diff",
     "draw_plan",
     "draw_sets",

@@ -254,3 +254,14 @@ def _locate(error, message, pattern, position):
     if position is not None:
         error.lineno = pattern.count("\n", 0, position) + 1
         error.colno = position - pattern.rfind("\n", 0, position)
+
+
+class LayoutMapError(SubsetSaverError, ValueError):
+    """A layout map that cannot convert a checkpoint: an unknown map, a map file that does not parse, a
+    checkpoint of another family, tensors no rule maps, or a shape a transform cannot produce. Raised
+    before anything is written. ``rule`` is the first failing rule's text (or None), ``fix`` the advice."""
+
+    def __init__(self, message, rule=None, fix=None):
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"{message}; {fix}" if fix else message)

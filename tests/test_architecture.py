@@ -29,8 +29,9 @@ ALLOWED = {
     "training": {"errors", "formats", "audit", "planning"},
     "tools": {"errors", "formats", "catalog", "selectors", "planning"},
     "draw": {"errors", "catalog", "selectors", "audit", "planning"},
+    "layouts": {"errors", "formats", "catalog", "selectors"},
     "keras": {"errors", "tf_internals", "formats", "catalog", "selectors", "planning", "portable"},
-    "cli": {"errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw", "keras"},
+    "cli": {"errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw", "keras", "layouts"},
     "__main__": {"cli"},
     "__init__": set(),  # the public surface re-exports every room
 }

@@ -389,7 +389,7 @@ def test_an_optimizer_of_another_algorithm_is_refused(trained):
                         "momentum of conv/kernel: the checkpoint holds no such slot of conv_1/w)")
     assert lines[7] == "  unexpected: conv_1/w/Adam [3, 3, 3, 4] float32 (a slot of conv_1/w made by TF1's Adam, not SGD)"
     assert lines[-2] == ("the checkpoint's slots were made by TF1's Adam: pass the Keras optimizer of that algorithm, "
-                         "or optimizer=None to load the weights alone")
+                         "or optimizer=None (--no-optimizer) to load the weights alone")
     assert int(optimizer.iterations.numpy()) == 0
 
 
@@ -433,7 +433,8 @@ def test_a_checkpoint_without_slots_or_step_and_an_optimizer(trained, tmp_path):
     assert lines[0].endswith("(match='name'): 13 missing")
     assert lines[-3] == (f"  missing: {optimizer.name}/iteration, expected [] int64 (the iteration count, read from "
                          "the checkpoint's step: it holds no step (global_step))")
-    assert lines[-2] == "the checkpoint holds no optimizer slots: pass optimizer=None to load the weights alone"
+    assert lines[-2] == ("the checkpoint holds no optimizer slots: pass optimizer=None (--no-optimizer) to load the "
+                         "weights alone")
     report = ss.keras.load_checkpoint(model, prefix, remap=REMAP)
     assert len(report.restored) == 8 and report.iterations is None and report.optimizer_restored == {}
 
@@ -528,7 +529,7 @@ def test_a_tensor_damaged_late_in_the_file_changes_no_variable(trained, tmp_path
 
 def test_bad_arguments():
     model = keras_cnn()
-    with pytest.raises(ValueError, match="match='names' is not one of 'name', 'order'"):
+    with pytest.raises(ValueError, match="match='names' is not one of 'auto', 'name', 'order'"):
         ss.keras.load_checkpoint(model, "x", match="names")
     with pytest.raises(ValueError, match="on_mismatch='skip' is not one of 'error', 'initialize'"):
         ss.keras.load_checkpoint(model, "x", on_mismatch="skip")

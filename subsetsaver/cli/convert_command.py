@@ -5,7 +5,7 @@ a TF1 checkpoint into a TF2 object-based one (``--to object``), through the Kera
 
 import click
 
-from .. import catalog, keras
+from .. import catalog, keras, layouts
 from ..formats import registry
 from ..selectors import format_bytes
 from ..tools import convert
@@ -26,16 +26,29 @@ from .output import echo_json
               help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
                    "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")
 @click.option("--match", "match", type=click.Choice(keras.MATCHES),
-              help="With --to object: pair the model's weights with SOURCE's by name (default; with --remap "
-                   "OLD=NEW from the checkpoint's names to the model's) or by creation order.")
+              help="With --to object: pair the model's weights with SOURCE's by the object graph's paths where "
+                   "SOURCE has them, then by name ('auto', the default), by name alone (with --remap OLD=NEW from "
+                   "the checkpoint's names to the model's) or by creation order.")
 @click.option("--on-mismatch", type=click.Choice(["error", "initialize"]),
               help="With --to object: what the model's weights that SOURCE lacks (or holds in another shape or "
                    "dtype) do: stop with every problem listed (default), or keep their built values.")
+@click.option("--no-optimizer", is_flag=True,
+              help="With --to object: load and write the model's weights alone, leaving out the optimizer that "
+                   "--model returns (and the checkpoint's optimizer slots).")
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Write tensor or scope OLD as NEW, e.g. model/=net/ (repeatable).")
+@click.option("--map", "layout_map", metavar="NAME",
+              help="Write OUTPUT (a directory) in another library's layout by a layout map: "
+                   + ", ".join(layouts.shipped_maps()) + ", or a map file's path.")
+@click.option("--config", "config", metavar="FILE",
+              help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
+                   "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
+@click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape; "
+              "write nothing.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
-def convert_command(source, output, keep, to, model, match, on_mismatch, remap, force, as_json):
+def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
+                    dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -49,15 +62,27 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, remap, 
       subsetsaver convert model.npz serve/model
       subsetsaver convert keras/weights tf1/model --to name --keep "~slots()"
       subsetsaver convert train/model-9000 tf2/ckpt --to object --model models.py:build --remap conv_1/=conv/
+      subsetsaver convert uncased_L-12_H-768_A-12/bert_model.ckpt bert-hf --map bert-to-hf
     """
+    if layout_map is not None:
+        for flag, given in (("--keep", keep), ("--to", to), ("--model", model), ("--match", match),
+                            ("--on-mismatch", on_mismatch), ("--remap", remap or None)):
+            if given is not None:
+                raise click.UsageError(f"{flag} does not go with --map: the map says what is kept and renamed")
+        _with_map(source, output, layout_map, config=config, dry_run=dry_run, force=force, as_json=as_json)
+        return
+    for flag, given in (("--config", config), ("--dry-run", dry_run or None)):
+        if given is not None:
+            raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
     if to == "object":
         if model is None:
             raise click.UsageError("--to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
                                    "model (or tf.Module, or (model, optimizer)) to write")
-        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "name",
-                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json)
+        _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "auto",
+                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer)
         return
-    for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch)):
+    for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch),
+                        ("--no-optimizer", no_optimizer or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
     report = convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
@@ -84,9 +109,9 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, remap, 
         click.echo(f"warning: --keep \"{keep}\" leaves out no tensor of {report.source}", err=True)
 
 
-def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json):
+def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json, optimizer=True):
     report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match,
-                                      on_mismatch=on_mismatch, overwrite=force)
+                                      on_mismatch=on_mismatch, overwrite=force, optimizer=optimizer)
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:
@@ -113,3 +138,29 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
         click.echo(f"left as built: {', '.join(left)}")
     if load.unused:
         click.echo(f"not read: {', '.join(load.unused)}")
+
+
+def _with_map(source, output, layout_map, *, config, dry_run, force, as_json):
+    report = layouts.convert(source, output, map=layout_map, config=config, dry_run=dry_run, overwrite=force)
+    if as_json:
+        echo_json({"source": report.source, "output": report.out_dir, "map": report.map, "config": report.config,
+                   "dry_run": report.dry_run, "files": list(report.files), "bytes": report.nbytes,
+                   "dropped": list(report.dropped),
+                   "tensors": [{"source": source_name, "target": target, "transform": transform, "shape": list(shape)}
+                               for source_name, target, transform, shape in report.rows]})
+        return
+    if dry_run:
+        widths = [max([len(header)] + [len(str(row[column]) or "-") for row in report.rows])
+                  for column, header in enumerate(("source", "target", "transform"))]
+        click.echo(f"{'source':<{widths[0]}}  {'target':<{widths[1]}}  {'transform':<{widths[2]}}  shape")
+        for source_name, target, transform, shape in report.rows:
+            click.echo(f"{source_name:<{widths[0]}}  {target:<{widths[1]}}  {transform or '-':<{widths[2]}}  "
+                       f"{list(shape)}")
+        click.echo(f"{len(report.rows)} tensors, {format_bytes(report.nbytes)}; dropped {len(report.dropped)} "
+                   "by the map's \"drop\"; nothing written (--dry-run)")
+        return
+    click.echo(f"wrote {report.out_dir} by map {report.map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
+               f"({', '.join(report.files)}; from {report.source}, config {report.config})")
+    if report.dropped:
+        click.echo(f"dropped {len(report.dropped)}: {', '.join(report.dropped[:5])}"
+                   + (f" and {len(report.dropped) - 5} more" if len(report.dropped) > 5 else ""))

@@ -22,6 +22,8 @@ _KERAS_ADVICE = (  # what loading into a Keras model advises, as `convert --to o
      "pair the names with --remap OLD=NEW (a checkpoint name or scope = the model's)"),
     ("or pair by name with remap=,", "or pair by name with --match name --remap OLD=NEW,"),
     ("match='order' pairs", "--match order pairs"),
+    ("pass optimizer=None (--no-optimizer)", "pass --no-optimizer"),
+    ("or optimizer=None (--no-optimizer)", "or --no-optimizer"),
     ("ss.rewrite(checkpoint, out, cast={selector: dtype})", "subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE"),
 )
 

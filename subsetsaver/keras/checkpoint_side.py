@@ -88,8 +88,9 @@ def checkpoint_view(checkpoint) -> CheckpointView:
         if any(role in record.roles for role in _STEP_ROLES):
             steps.append(record.name)
         elif "slot" in record.roles:
-            if record.slot_of is not None and record.slot_of in contents:
-                slots[record.name] = record.slot_of
+            variable = _unscoped(record.slot_of, contents)
+            if variable is not None:
+                slots[record.name] = variable
             else:
                 other.add(record.name)
         elif any(role in record.roles for role in _NEVER_WEIGHTS):
@@ -97,6 +98,17 @@ def checkpoint_view(checkpoint) -> CheckpointView:
     weights = tuple(name for name in cat.ordered_names if name not in slots and name not in other
                     and name not in steps)
     return CheckpointView(path, contents, weights, slots, tuple(steps), cat)
+
+
+def _unscoped(variable, contents):
+    """The checkpoint variable a slot belongs to: ``variable`` itself, or, for a slot kept under the
+    optimizer's variable scope (``opt/conv_1/w/Adam`` of ``conv_1/w``), ``variable`` without its leading
+    scopes; None when no such variable is in ``contents``."""
+    while variable is not None:
+        if variable in contents:
+            return variable
+        variable = variable.split("/", 1)[1] if "/" in variable else None
+    return None
 
 
 def checkpoint_path(checkpoint) -> str:
@@ -131,16 +143,23 @@ def slot_kind(slot, variable, optimizer, siblings=()) -> tuple:
         return None, f"a slot of {variable} made by TF1's {base}, not {algorithm}"
     if base == "RMSProp" and sum(1 for sibling in siblings if _tf1_base(sibling, variable) == base) == 3:
         order = _CENTERED_RMSPROP_ORDER
-    position = int(_NUMBERED.match(tokens[0])["number"] or 0)
+    position = int(_NUMBERED.match(_tf1_suffix(slot, variable))["number"] or 0)
     if position >= len(order):
         return None, f"slot {position + 1} of {variable} made by TF1's {base}, which makes {len(order)}"
     return order[position], None
 
 
 def _tf1_base(slot, variable):
-    """'Adam' for 'conv_1/w/Adam_1' of 'conv_1/w'; None for a name of another shape."""
-    tokens = _around(slot, variable)
-    return _NUMBERED.match(tokens[0])["base"] if len(tokens) == 1 else None
+    """'Adam' for 'conv_1/w/Adam_1' of 'conv_1/w', and for 'opt/conv_1/w/Adam_1' (an optimizer made under
+    a variable scope); None for a name of another shape."""
+    suffix = _tf1_suffix(slot, variable)
+    return _NUMBERED.match(suffix)["base"] if suffix else None
+
+
+def _tf1_suffix(slot, variable):
+    """The last part of a TF1 slot name, ``[SCOPE/]VARIABLE/SUFFIX``; None for a name of another shape."""
+    head, _, last = slot.rpartition("/")
+    return last if head == variable or head.endswith("/" + variable) else None
 
 
 def _around(slot, variable) -> list:

@@ -62,8 +62,8 @@ class ObjectConvertReport:
     verified: tuple
 
 
-def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="name", on_mismatch="error",
-                       overwrite=False) -> ObjectConvertReport:
+def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="auto", on_mismatch="error",
+                       overwrite=False, optimizer=True) -> ObjectConvertReport:
     """Write ``checkpoint`` (TF1 name-based or tf.keras object-based) as a TF2 object-based checkpoint
     ``output`` of the Keras 3 model (or ``tf.Module``) that ``build`` returns.
 
@@ -71,7 +71,8 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     (:func:`import_builder`), returning a built model, or ``(model, optimizer)``. ``keep``
     (``sel`` of the load: the model weights to load; the rest keep their built values), ``remap``,
     ``match`` and ``on_mismatch``: as :func:`~subsetsaver.keras.load_checkpoint` takes them. ``overwrite``:
-    replace an existing ``output``. Everything that can be refused (the output, the builder,
+    replace an existing ``output``. ``optimizer=False`` (``--no-optimizer``): leave out the optimizer
+    ``build`` returns, and load and write the weights alone. Everything that can be refused (the output, the builder,
     any mismatch) is refused before anything is written; a written output that does not read
     back bit-exact is a CorruptCheckpointError, and is not left in place.
 
@@ -86,7 +87,8 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     checkpoint_writer.check_output(output, registry.OBJECT, sources=[source], overwrite=overwrite)
     keep = as_selector(keep, "keep")
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
-    model, optimizer = built_model(builder, label)
+    model, built_optimizer = built_model(builder, label)
+    optimizer = built_optimizer if optimizer else None
     report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
     with checkpoint_writer.writing(output, registry.OBJECT, sources=[source], overwrite=overwrite) as staged:
         written = _write(model, optimizer, staged)

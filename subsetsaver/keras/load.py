@@ -27,10 +27,10 @@ from ..planning import ON_MISMATCH
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_view
 from .common import strategy_scope
-from .matching import match_by_name, match_by_order, match_optimizer
+from .matching import match_by_name, match_by_object_path, match_by_order, match_optimizer
 from .variables import model_weights, optimizer_state
 
-MATCHES = ("name", "order")
+MATCHES = ("auto", "name", "order")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ class CheckpointLoadReport:
     order_source: str | None = None
 
 
-def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, match="name", on_mismatch="error", *,
+def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, match="auto", on_mismatch="error", *,
                     order=None) -> CheckpointLoadReport:
     """Assign a TensorFlow checkpoint's values to ``model``'s weights (and ``optimizer``'s state).
 
@@ -75,7 +75,9 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
     ``VAR/Adam_1`` -> velocity, ``VAR/Momentum``, ``VAR/Adagrad``, ``VAR/RMSProp``...;
     tf.keras ``m``/``v``...) and ``optimizer.iterations`` is set to the step. ``sel``: a
     selector over the model's weights (None: all); the slots of the chosen weights follow.
-    ``match``: 'name' (each weight by its path, ``conv/kernel``, or by ``remap`` rules
+    ``match``: 'auto' (the default: in an object-based checkpoint, each weight of a Keras model by
+    its object graph path, ``layer_with_weights-0/kernel``, as TensorFlow 2 restores; the rest, and
+    every weight of a name-based checkpoint, by name), 'name' (each weight by its path, ``conv/kernel``, or by ``remap`` rules
     ``{checkpoint name or scope: model name or scope}``) or 'order' (``model.weights`` paired
     with the checkpoint's weights in the graph's creation order, from ``order``: the
     ``.meta`` file beside the checkpoint by default, or a ``.meta`` path, a ``tf.Graph`` or
@@ -99,7 +101,7 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
         raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
     if match == "order" and remap:
         raise ValueError("remap renames checkpoint names for match='name'; match='order' pairs by position")
-    if match == "name" and order is not None:
+    if match != "order" and order is not None:
         raise ValueError("order= is the checkpoint's creation order for match='order'")
     weights = model_weights(model)
     with strategy_scope(model):
@@ -107,7 +109,10 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
             optimizer.build(model.trainable_variables)
         view = checkpoint_view(checkpoint)
         chosen = [name for name in as_selector(sel).names(weights.catalog) if name in weights.variables]
-        if match == "name":
+        if match == "auto":
+            pairing = match_by_object_path(model, weights, view, chosen, remap)
+            match = "auto" if pairing.by_object_path else "name"  # what the report and messages say was done
+        elif match == "name":
             pairing = match_by_name(weights, view, chosen, remap)
         else:
             pairing = match_by_order(weights, view, chosen, order)
@@ -191,11 +196,12 @@ def _message(weights, state, view, pairing, findings, match, remap) -> str:
         lines.append("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), "
                      "or write a cast copy first with ss.rewrite(checkpoint, out, cast={selector: dtype})")
     if state is not None and not view.slots and any(f.problem.name in state.slots for f in findings):
-        lines.append("the checkpoint holds no optimizer slots: pass optimizer=None to load the weights alone")
+        lines.append("the checkpoint holds no optimizer slots: pass optimizer=None (--no-optimizer) to load the "
+                     "weights alone")
     made_by = sorted({f.note.split("made by TF1's ")[1].split(",")[0] for f in findings if "made by TF1's " in f.note})
     if made_by:
         lines.append(f"the checkpoint's slots were made by TF1's {' and '.join(made_by)}: pass the Keras optimizer "
-                     "of that algorithm, or optimizer=None to load the weights alone")
+                     "of that algorithm, or optimizer=None (--no-optimizer) to load the weights alone")
     if match == "order":
         lines.append("no variable was changed; match='order' pairs model.weights with the checkpoint's weights in "
                      "the order the graph created them: build the layers in that order, or pair by name with "

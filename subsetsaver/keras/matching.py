@@ -1,6 +1,11 @@
 """Which checkpoint tensor each model weight and optimizer variable reads, and every difference.
 
-Two ways to pair a model's weights with a checkpoint's:
+Three ways to pair a model's weights with a checkpoint's:
+
+* by object path (:func:`match_by_object_path`, ``match="auto"``): in an object-based checkpoint
+  (tf.keras ``save_weights``, ``tf.train.Checkpoint``), a Keras model's weight reads the tensor at
+  its own dependency path (``layer_with_weights-0/kernel``: the Nth layer that has weights, then
+  the weight's attribute), as TensorFlow 2 restores; what has no such path is paired by name;
 
 * by name (:func:`match_by_name`): a weight reads the tensor of its own name (``conv/kernel``),
   or the one ``remap`` rules (``{checkpoint scope or name: model scope or name}``, the
@@ -55,6 +60,7 @@ class Pairing:
     remap: dict | None = None
     resolves: int = 0
     order_source: str | None = None
+    by_object_path: bool = False
 
     @property
     def bad(self) -> set:
@@ -74,6 +80,45 @@ def match_by_name(weights, view, chosen, remap) -> Pairing:
     suggestion, resolves = _suggestion(weights, view, chosen, remap, keys, findings, unmatched)
     findings += [_unexpected(view, name, "no model variable reads it") for name in unmatched]
     return Pairing(keys, findings, suggestion, resolves)
+
+
+def match_by_object_path(model, weights, view, chosen, remap) -> Pairing:
+    """Pair by the object graph's dependency paths where the checkpoint has them, then by name
+    (``match="auto"``); a name-based checkpoint is paired by name alone."""
+    by_path = {}
+    for name in view.catalog.ordered_names:
+        path = view.catalog.entry(name).object_path
+        if path is not None and name in view.weights:
+            by_path[path] = name
+    paths = object_paths(model) if by_path else {}
+    found = {}
+    for name, variable in weights.variables.items():
+        key = by_path.get(paths.get(id(variable)))
+        if key is not None:
+            found[name] = key
+    if not found or (remap and any(name in found for name in chosen)):
+        return match_by_name(weights, view, chosen, remap)  # remap rules speak of names
+    rest = {name: weights.variables[name] for name in weights.variables if name not in found}
+    keys = {**checkpoint_names(list(rest), remap), **found}
+    expected = [(name, keys[name], *weights.spec(name)) for name in chosen]
+    findings = [Finding(problem) for problem in compare_contents(expected, view.contents)]
+    read = set(keys.values())
+    findings += [_unexpected(view, name, "no model variable reads it") for name in view.weights if name not in read]
+    return Pairing(keys, findings, by_object_path=True)
+
+
+def object_paths(model) -> dict:
+    """``id(variable)`` -> its dependency path as tf.keras writes it (``layer_with_weights-1/gamma``)
+    for the layers of a Keras model that have weights; empty for anything else."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, list):
+        return {}
+    paths = {}
+    for index, layer in enumerate(layer for layer in layers if layer.weights):
+        for variable in layer.weights:
+            attribute = getattr(variable, "name", "").split("/")[-1].split(":")[0]
+            paths.setdefault(id(variable), f"layer_with_weights-{index}/{attribute}")
+    return paths
 
 
 def _suggestion(weights, view, chosen, remap, keys, findings, unmatched):

@@ -1,0 +1,24 @@
+"""Leaving TensorFlow: layout maps from one model family's checkpoint layout to another library's.
+
+A map is a JSON data file (``layouts/maps/NAME.json``, shipped: ``bert-to-hf``, ``albert-to-hf``,
+``gpt2-to-hf`` and their reverses ``hf-to-bert``, ``hf-to-albert``, ``hf-to-gpt2``) of renames,
+per-tensor transforms, what to drop by role, and the config mapping. ``maps`` parses one,
+``transforms`` knows the shapes, ``engine`` plans and streams, ``configs`` maps config files,
+``output`` writes, ``convert`` ties them together (:func:`convert` is ``ss.convert``).
+
+This room imports only ``errors``, ``formats``, ``catalog`` and ``selectors``: no TensorFlow.
+
+Example::
+
+    >>> from subsetsaver import layouts
+    >>> layouts.convert("bert/bert_model.ckpt", "bert-hf", map="bert-to-hf").files
+    ('bert-hf/model.safetensors', 'bert-hf/config.json')
+"""
+
+from .convert import LayoutReport, convert
+from .engine import ConversionPlan, plan_conversion
+from .maps import LayoutMap, load_map, parse_map, shipped_maps
+from .output import TensorStream, write_safetensors, write_tf_checkpoint
+
+__all__ = ["ConversionPlan", "LayoutMap", "LayoutReport", "TensorStream", "convert", "load_map", "parse_map",
+           "plan_conversion", "shipped_maps", "write_safetensors", "write_tf_checkpoint"]

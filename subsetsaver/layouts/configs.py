@@ -1,0 +1,67 @@
+"""A layout map's config mapping: one family's config file into the target's, e.g. google-research/bert's
+``bert_config.json`` into Hugging Face's ``config.json``.
+
+The map's ``"config"`` object has ``"keys"`` (target key -> source key), ``"values"`` (target key ->
+{source value -> target value}, for names that differ such as activations), ``"defaults"``
+(target key -> value when the source lacks the key) and ``"fixed"`` (target key -> value, always).
+
+Example::
+
+    >>> map_config({"keys": {"n_embd": "hidden_size"}, "fixed": {"model_type": "gpt2"}}, {"hidden_size": 8})
+    {'n_embd': 8, 'model_type': 'gpt2'}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import LayoutMapError
+
+
+def map_config(rules, source, *, source_name="the config") -> dict:
+    """The target config from ``source`` (a dict) by ``rules``; a missing key raises
+    :class:`~subsetsaver.errors.LayoutMapError` naming it."""
+    values, defaults = rules.get("values", {}), rules.get("defaults", {})
+    target = {}
+    for key, source_key in rules.get("keys", {}).items():
+        if source_key in source:
+            value = source[source_key]
+            if isinstance(value, str) and value in values.get(key, {}):
+                value = values[key][value]
+            target[key] = value
+        elif key in defaults:
+            target[key] = defaults[key]
+        else:
+            raise LayoutMapError(f"{source_name} has no \"{source_key}\" (the map's config key \"{key}\" needs it)",
+                                 rule=f"config key \"{key}\"", fix="give the family's own config file with --config")
+    target.update(rules.get("fixed", {}))
+    return target
+
+
+def read_config(path) -> dict:
+    """A JSON config file as a dict, or a :class:`~subsetsaver.errors.LayoutMapError` saying why not."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise LayoutMapError(f"cannot read config '{path}': {error.strerror or error}") from None
+    except ValueError as error:
+        raise LayoutMapError(f"config '{path}' is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise LayoutMapError(f"config '{path}' is not a JSON object")
+    return data
+
+
+def config_bytes(config) -> bytes:
+    return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def find_config(checkpoint, filename, given=None):
+    """``given``, or ``filename`` beside ``checkpoint`` (in it, for a directory); None when absent."""
+    if given is not None:
+        return os.fspath(given)
+    checkpoint = os.fspath(checkpoint)
+    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint) or "."
+    path = os.path.join(directory, filename)
+    return path if os.path.isfile(path) else None

@@ -1,0 +1,172 @@
+"""Per-tensor transforms of a layout map: what a shape becomes, and what an array becomes.
+
+Each transform is written in a map as a string or a one-key object:
+``"transpose"`` (reverse the axes), ``{"transpose": [1, 0, 2]}``, ``{"reshape": [-1, 768]}``,
+``{"squeeze": 0}``, ``{"expand_dims": 0}``, ``{"cast": "float16"}``. A rule's ``"concat"`` (several
+sources into one) and ``"split"`` (one source into several equal parts, such as a fused QKV
+kernel) take an axis. Shapes are worked out first, for the whole checkpoint, so that a shape
+a transform cannot produce stops the conversion before anything is written.
+
+Example::
+
+    >>> steps = parse_transforms([{"squeeze": 0}, "transpose"])
+    >>> output_spec(steps, (1, 4, 12), "float32")
+    ((12, 4), 'float32')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..errors import LayoutMapError
+
+KINDS = ("transpose", "reshape", "squeeze", "expand_dims", "cast")
+
+
+ShapeProblem = LayoutMapError
+"""A transform that cannot apply to a shape; the engine words it again with the rule at fault."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """One per-tensor step: ``kind`` (one of :data:`KINDS`) and its argument (or None)."""
+
+    kind: str
+    argument: object = None
+
+    @property
+    def text(self) -> str:
+        return self.kind if self.argument is None else f"{self.kind}({_argument_text(self.argument)})"
+
+    def spec(self, shape, dtype):
+        """(shape, dtype) after this step; raises :class:`ShapeProblem` when it cannot apply."""
+        shape = tuple(shape)
+        if self.kind == "transpose":
+            axes = tuple(reversed(range(len(shape)))) if self.argument is None else tuple(self.argument)
+            if sorted(axes) != list(range(len(shape))):
+                raise ShapeProblem(f"cannot transpose shape {list(shape)} by axes {list(axes)}")
+            return tuple(shape[axis] for axis in axes), dtype
+        if self.kind == "reshape":
+            return _reshaped(shape, tuple(self.argument)), dtype
+        if self.kind == "squeeze":
+            axis = _axis(self.argument, len(shape))
+            if axis is None or shape[axis] != 1:
+                raise ShapeProblem(f"cannot squeeze axis {self.argument} of shape {list(shape)}: it is not 1")
+            return shape[:axis] + shape[axis + 1:], dtype
+        if self.kind == "expand_dims":
+            axis = _axis(self.argument, len(shape) + 1)
+            if axis is None:
+                raise ShapeProblem(f"cannot add axis {self.argument} to shape {list(shape)}")
+            return shape[:axis] + (1,) + shape[axis:], dtype
+        return shape, str(self.argument)  # cast
+
+    def apply(self, array):
+        if self.kind == "transpose":
+            return np.ascontiguousarray(np.transpose(array, self.argument))
+        if self.kind == "reshape":
+            return np.reshape(array, self.argument)
+        if self.kind == "squeeze":
+            return np.squeeze(array, axis=self.argument)
+        if self.kind == "expand_dims":
+            return np.expand_dims(array, self.argument)
+        return array.astype(_numpy_dtype(self.argument))
+
+
+def parse_transforms(items) -> tuple:
+    """Transforms from a map's ``"transform"`` list; raises ``ValueError`` naming an unknown one."""
+    found = []
+    for item in items or ():
+        if isinstance(item, str):
+            kind, argument = item, None
+        elif isinstance(item, dict) and len(item) == 1:
+            (kind, argument), = item.items()
+        else:
+            raise ValueError(f"a transform is a name or a one-key object, not {item!r}")
+        if kind not in KINDS:
+            raise ValueError(f"unknown transform '{kind}' (known: {', '.join(KINDS)})")
+        if kind in ("squeeze", "expand_dims") and not isinstance(argument, int):
+            raise ValueError(f"'{kind}' takes an axis, e.g. {{\"{kind}\": 0}}")
+        if kind == "reshape" and not (isinstance(argument, list) and all(isinstance(d, int) for d in argument)):
+            raise ValueError("'reshape' takes a list of sizes, one of them -1 at most, e.g. {\"reshape\": [-1, 64]}")
+        if kind == "transpose" and argument is not None and not isinstance(argument, list):
+            raise ValueError("'transpose' takes a list of axes, or nothing to reverse them")
+        if kind == "cast":
+            _numpy_dtype(argument)
+        found.append(Transform(kind, tuple(argument) if isinstance(argument, list) else argument))
+    return tuple(found)
+
+
+def output_spec(transforms, shape, dtype):
+    """(shape, dtype) after every transform in turn."""
+    for transform in transforms:
+        shape, dtype = transform.spec(shape, dtype)
+    return tuple(shape), dtype
+
+
+def apply_all(transforms, array):
+    for transform in transforms:
+        array = transform.apply(array)
+    return array
+
+
+def concat_spec(specs, axis):
+    """The (shape, dtype) of ``specs`` concatenated along ``axis``; :class:`ShapeProblem` if they differ elsewhere."""
+    shapes = [tuple(shape) for shape, _ in specs]
+    dtypes = {dtype for _, dtype in specs}
+    rank = len(shapes[0])
+    where = _axis(axis, rank)
+    if where is None or any(len(shape) != rank for shape in shapes):
+        raise ShapeProblem(f"cannot concatenate shapes {[list(s) for s in shapes]} along axis {axis}")
+    if any(shape[:where] + shape[where + 1:] != shapes[0][:where] + shapes[0][where + 1:] for shape in shapes):
+        raise ShapeProblem(f"cannot concatenate shapes {[list(s) for s in shapes]} along axis {axis}: "
+                           "they differ on another axis")
+    if len(dtypes) > 1:
+        raise ShapeProblem(f"cannot concatenate dtypes {sorted(dtypes)}")
+    size = sum(shape[where] for shape in shapes)
+    return shapes[0][:where] + (size,) + shapes[0][where + 1:], specs[0][1]
+
+
+def split_spec(shape, dtype, axis, parts):
+    """The (shape, dtype) of each of ``parts`` equal pieces of ``shape`` along ``axis``."""
+    shape = tuple(shape)
+    where = _axis(axis, len(shape))
+    if where is None or shape[where] % parts:
+        raise ShapeProblem(f"cannot split shape {list(shape)} into {parts} equal parts along axis {axis}")
+    return shape[:where] + (shape[where] // parts,) + shape[where + 1:], dtype
+
+
+def _reshaped(shape, target):
+    size = math.prod(shape)
+    unknown = [index for index, dim in enumerate(target) if dim == -1]
+    known = math.prod(dim for dim in target if dim != -1)
+    if len(unknown) > 1 or any(dim < -1 for dim in target):
+        raise ShapeProblem(f"cannot reshape to {list(target)}: at most one -1, no other negative size")
+    if unknown:
+        if known == 0 or size % known:
+            raise ShapeProblem(f"cannot reshape shape {list(shape)} ({size} values) to {list(target)}")
+        target = tuple(size // known if dim == -1 else dim for dim in target)
+    elif known != size:
+        raise ShapeProblem(f"cannot reshape shape {list(shape)} ({size} values) to {list(target)} ({known} values)")
+    return target
+
+
+def _axis(axis, rank):
+    if not isinstance(axis, int) or not -rank <= axis < rank:
+        return None
+    return axis % rank
+
+
+def _numpy_dtype(name):
+    try:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 and the float8 types with numpy)
+
+        return np.dtype(name)
+    except TypeError:
+        raise ValueError(f"'cast' takes a numpy dtype name such as \"float16\", not {name!r}") from None
+
+
+def _argument_text(argument):
+    return ",".join(str(a) for a in argument) if isinstance(argument, tuple) else str(argument)
