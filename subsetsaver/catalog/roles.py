@@ -38,8 +38,8 @@ import dataclasses
 import re
 
 from ..formats import tf_object_graph
-from .dataflow import dataflow
-from .op_graph import ASSIGN_OPS, input_is_variable, is_apply_op, is_fused_batch_norm
+from .dataflow import USE, dataflow
+from .op_graph import ASSIGN_OPS, inert, input_is_variable, is_apply_op, is_fused_batch_norm
 from .training_state import training_state
 
 ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step", "loss_scale")
@@ -305,7 +305,26 @@ def _unused_siblings(catalog, flow, optimizer_own, taken):
             continue
         if tuple(catalog.entry(name).shape) != () or flow.updates(name):
             continue
-        if any(flow.computes(read) or flow.value_successors(read) for read in flow.reads.get(name, ())):
+        if any(_used(flow, read) for read in flow.reads.get(name, ())):
             continue
         found.add(name)
     return found
+
+
+def _used(flow, read):
+    """Whether the value ``read`` takes goes anywhere but a saver, a shape query or a summary:
+    a ``tf.compat.v1.train.Saver`` built later must not change what a variable is for."""
+    pending, seen = [read], {read}
+    while pending:
+        node = pending.pop()
+        if isinstance(node, tuple) or node == USE or flow.computes(node):
+            return True
+        if flow.ends_flow(node):
+            if not inert(flow.ops.type[node]):
+                return True  # a write or an optimizer update takes it
+            continue
+        for following in flow.value_successors(node):
+            if following not in seen:
+                seen.add(following)
+                pending.append(following)
+    return False
