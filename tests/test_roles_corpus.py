@@ -403,6 +403,116 @@ def test_a_saver_built_later_changes_no_role(builder, sharded):
 
 
 # ---------------------------------------------------------------------------------
+# a checkpoint alone: the names optimizers give their state
+# ---------------------------------------------------------------------------------
+
+
+def saved_names_checkpoint(directory, build):
+    """A name-based checkpoint of the variables ``build()`` makes in a fresh graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        build()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            return v1.train.Saver().save(sess, str(directory / "model"), write_meta_graph=False)
+
+
+def factored_slots(weights):
+    """Slots named as tensor2tensor's Adafactor makes them through TensorFlow's slot creator: m, then the
+    factored row and column moments vr and vc of a matrix, or v of a vector, all under the name 'Adafactor'."""
+    optimizer = v1.train.Optimizer(False, "Adafactor")
+    for weight in weights:
+        shape = weight.shape.as_list()
+        optimizer._zeros_slot(weight, "m", optimizer._name)  # pylint: disable=protected-access
+        if len(shape) >= 2:
+            for slot, moment_shape in (("vr", shape[:-1]), ("vc", shape[:-2] + shape[-1:])):
+                optimizer._get_or_make_slot(weight, tf.zeros(moment_shape), slot, optimizer._name)  # pylint: disable=protected-access
+        else:
+            optimizer._get_or_make_slot(weight, tf.zeros(shape), "v", optimizer._name)  # pylint: disable=protected-access
+
+
+def adafactor_names():
+    weights = [v1.get_variable("body/attention/q", [4, 4]), v1.get_variable("body/attention/q_bias", [4])]
+    factored_slots(weights)
+    v1.train.get_or_create_global_step()
+
+
+def nvidia_lamb_accumulation_names():
+    """NVIDIA's BERT optimization.py: LAMB moments (VAR/adam_m, VAR/adam_v), gradient accumulators (VAR/accum, and
+    VAR/accum/VAR/accum where made under a scope of their own name), local_step, batch_finite, and the loss scale of
+    tf.contrib.mixed_precision's ExponentialUpdateLossScaleManager (loss_scale, good_steps, bad_steps)."""
+    weights = [v1.get_variable("bert/dense/kernel", [3, 3]), v1.get_variable("bert/dense/bias", [3])]
+    for weight in weights:
+        for suffix in ("adam_m", "adam_v"):
+            v1.get_variable(f"{weight.op.name}/{suffix}", weight.shape, trainable=False)
+    v1.get_variable("bert/dense/kernel/accum", [3, 3], trainable=False)
+    with v1.variable_scope("bert/dense/bias/accum"):
+        v1.get_variable("bert/dense/bias/accum", [3], trainable=False)
+    v1.get_variable("local_step", [], tf.int32, trainable=False, initializer=v1.zeros_initializer())
+    v1.get_variable("batch_finite", [], tf.bool, trainable=False, initializer=v1.ones_initializer())
+    for name, dtype in (("loss_scale", tf.float32), ("good_steps", tf.int32), ("bad_steps", tf.int32)):
+        v1.get_variable(name, [], dtype, trainable=False, initializer=v1.zeros_initializer())
+    v1.train.get_or_create_global_step()
+
+
+NAME_FAMILIES = {
+    "adafactor": (adafactor_names, {
+        "slot_of": {"body/attention/q/Adafactor": "body/attention/q", "body/attention/q/Adafactor_1": "body/attention/q",
+                    "body/attention/q/Adafactor_2": "body/attention/q",
+                    "body/attention/q_bias/Adafactor": "body/attention/q_bias",
+                    "body/attention/q_bias/Adafactor_1": "body/attention/q_bias"},
+        "optimizer": [], "loss_scale": [], "global_step": ["global_step"],
+        "kept": ["body/attention/q", "body/attention/q_bias", "global_step"],
+    }),
+    "nvidia-lamb-accumulation": (nvidia_lamb_accumulation_names, {
+        "slot_of": {"bert/dense/bias/accum/bert/dense/bias/accum": "bert/dense/bias",
+                    "bert/dense/bias/adam_m": "bert/dense/bias", "bert/dense/bias/adam_v": "bert/dense/bias",
+                    "bert/dense/kernel/accum": "bert/dense/kernel", "bert/dense/kernel/adam_m": "bert/dense/kernel",
+                    "bert/dense/kernel/adam_v": "bert/dense/kernel"},
+        "optimizer": ["batch_finite", "local_step"], "loss_scale": ["bad_steps", "good_steps", "loss_scale"],
+        "global_step": ["global_step"], "kept": ["bert/dense/bias", "bert/dense/kernel", "global_step"],
+    }),
+}
+
+
+@pytest.mark.parametrize("family", list(NAME_FAMILIES))
+def test_a_checkpoint_alone_knows_the_family_by_its_names(family, tmp_path):
+    build, expected = NAME_FAMILIES[family]
+    prefix = saved_names_checkpoint(tmp_path, build)
+    cat = catalog.load(prefix)
+    assert cat.roles.from_names
+    assert cat.roles.slot_of == expected["slot_of"]
+    assert sorted(cat.role("optimizer")) == expected["optimizer"]
+    assert sorted(cat.role("loss_scale")) == expected["loss_scale"]
+    assert sorted(cat.role("global_step")) == expected["global_step"]
+    assert sorted(cat.role("slot")) == sorted([*expected["slot_of"], *expected["optimizer"], *expected["loss_scale"]])
+    assert sorted((~ss.slots()).names(prefix)) == expected["kept"]
+    assert catalog.warn_missed_optimizer_state(cat, ~ss.slots(), expected["kept"], prefix) == ()
+
+
+def test_optimizer_state_no_family_knows_is_named_in_a_warning(tmp_path):
+    def build():
+        weight = v1.get_variable("dense/w", [2, 2])
+        for suffix in ("Yogi", "Yogi_1"):  # a tf.compat.v1-style optimizer no name family knows
+            v1.get_variable(f"dense/w/{suffix}", weight.shape, trainable=False)
+        v1.get_variable("dense/w/Adafactor", weight.shape, trainable=False)
+
+    prefix = saved_names_checkpoint(tmp_path, build)
+    cat, keep = catalog.load(prefix), ~ss.slots()
+    kept = keep.names(prefix)
+    assert kept == ["dense/w", "dense/w/Yogi", "dense/w/Yogi_1"]
+    with pytest.warns(ss.SubsetSaverWarning) as caught:
+        assert catalog.warn_missed_optimizer_state(cat, keep, kept, prefix) == ("dense/w/Yogi", "dense/w/Yogi_1")
+    assert [str(w.message) for w in caught] == [
+        f"~slots() keeps 2 tensors of '{prefix}' that look like optimizer state (dense/w/Yogi, dense/w/Yogi_1): "
+        "without a graph, slots() knows only well-known names. Pass the training graph (--graph model.meta), or drop "
+        "them by name: \"~slots() - name('*/Yogi*')\"."
+    ]
+    assert catalog.warn_missed_optimizer_state(cat, ss.trainable(), kept, prefix) == ()  # no slots() in it
+    assert catalog.warn_missed_optimizer_state(cat, keep - ss.name("*/Yogi*"), ["dense/w"], prefix) == ()
+
+
+# ---------------------------------------------------------------------------------
 # step counters, whatever their name
 # ---------------------------------------------------------------------------------
 
