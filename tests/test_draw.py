@@ -524,9 +524,15 @@ def test_command_draws_sets_and_tree(tmp_path, mnist_meta, monkeypatch):
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     tree_path = tmp_path / "tree.svg"
-    result = runner.invoke(draw_command, ["--graph", mnist_meta, "--save", "trainable()", "--tree",
-                                          "-o", str(tree_path)])
+    with pytest.warns(SubsetSaverWarning) as planned:  # the command line prints these as one line each
+        result = runner.invoke(draw_command, ["--graph", mnist_meta, "--save", "trainable()", "--tree",
+                                              "-o", str(tree_path)])
     assert result.exit_code == 0, result.output
+    assert [str(w.message) for w in planned] == [
+        f"unsaved-state: {layer} keeps moving averages of the batch mean and variance that inference reads; they "
+        f"are not saved and will be re-initialized on restore. Add bn_stats() or scope('{layer}')."
+        for layer in ("conv_1/bn", "conv_2/bn")
+    ]
     assert f"warning: {draw.INSTALL_DOT_HINT}\n" in result.stderr
     assert result.stdout == f"wrote {tmp_path / 'tree.dot'} (not {tree_path})\n"
     assert (tmp_path / "tree.dot").read_text().startswith("digraph ")

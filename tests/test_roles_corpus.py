@@ -10,6 +10,8 @@ Then the training step as users run it, and remap suggestions on a BERT fine-tun
 tf_keras models: test_roles_legacy_keras.py.
 """
 
+import warnings
+
 import graphs
 import numpy as np
 import pytest
@@ -263,6 +265,251 @@ def test_a_checkpoint_alone_names_the_loss_scale(loss_scaled, tmp_path):
     from_names = catalog.load(prefix)
     assert sorted(from_names.role("loss_scale")) == ["current_loss_scale", "good_steps"]
     assert {"current_loss_scale", "good_steps"} <= set(ss.slots().names(prefix))
+
+
+# ---------------------------------------------------------------------------------
+# compositions: gradient accumulation in front of a loss-scale wrapper
+# ---------------------------------------------------------------------------------
+
+
+def accumulated_and_loss_scaled(*, resource, cond_v2, clip_in_cond, accumulation_steps=2):
+    """NVIDIA's BERT shape with ``use_fp16`` and ``num_accumulation_steps``: the loss-scale wrapper's
+    ``apply_gradients`` gets the accumulators' assign outputs, not the raw gradients, so its
+    finiteness check (which decides the loss scale's updates) reads accumulators. ``clip_in_cond``:
+    the global norm is itself chosen by a cond on the raw gradients' finiteness."""
+    with graphs._new_graph(0, resource, cond_v2) as graph:
+        x = v1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="labels")
+        h, h_inf, bn_stats = graphs.fused_bn_block(x, 4, "block1")
+        with v1.variable_scope("head", reuse=v1.AUTO_REUSE):
+            logits = tf.identity(graphs._dense(tf.reduce_mean(h, [1, 2]), 5, "dense")[0], name="logits")
+            tf.nn.softmax(graphs._dense(tf.reduce_mean(h_inf, [1, 2]), 5, "dense")[0], name="output")
+        loss = graphs._sparse_xent(labels, logits)
+        global_step = v1.train.get_or_create_global_step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inner = v1.train.AdamOptimizer(1e-3)
+            optimizer = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(inner, loss_scale="dynamic")
+        tvars = v1.trainable_variables()
+        grads = [g for g, _ in optimizer.compute_gradients(loss / accumulation_steps, tvars)]
+        local_step = v1.get_variable("local_step", [], tf.int32, trainable=False, initializer=v1.zeros_initializer)
+        batch_finite = v1.get_variable("batch_finite", [], tf.bool, trainable=False, initializer=v1.ones_initializer)
+        accum = [v1.get_variable(t.op.name + "/accum", t.shape, tf.float32, trainable=False,
+                                 initializer=v1.zeros_initializer()) for t in tvars]
+        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+            reset = tf.cast(tf.equal(local_step % accumulation_steps, 0), tf.bool)
+        local_step_t = tf.cond(reset, lambda: local_step.assign(tf.ones_like(local_step)),
+                               lambda: local_step.assign_add(1))
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        batch_finite_t = tf.cond(reset, lambda: batch_finite.assign(tf.logical_and(True, finite)),
+                                 lambda: batch_finite.assign(tf.logical_and(batch_finite, finite)))
+        norm = tf.cond(finite, lambda: tf.linalg.global_norm(grads), lambda: tf.constant(1.0)) if clip_in_cond else None
+        clipped, _ = tf.clip_by_global_norm(grads, 1.0, use_norm=norm)
+        accum_t = tf.cond(reset, lambda: [a.assign(g) for a, g in zip(accum, clipped)],
+                          lambda: [a.assign_add(g) for a, g in zip(accum, clipped)])
+        update_step = tf.identity(tf.cast(tf.equal(local_step_t % accumulation_steps, 0), tf.bool), name="update_step")
+        update = tf.cond(update_step, lambda: optimizer.apply_gradients(list(zip(accum_t, tvars))), tf.no_op)
+        new_step = tf.cond(tf.logical_and(update_step, batch_finite_t), lambda: global_step + 1, lambda: global_step)
+        tf.group(update, global_step.assign(new_step), name="train")
+        scale = optimizer._loss_scale  # pylint: disable=protected-access
+        scale_state = [scale._current_loss_scale, scale._num_good_steps]  # pylint: disable=protected-access
+        slots, non_slot = graphs._slot_variables(inner, tvars)
+        expected = graphs._expected(
+            graph, global_step=global_step, bn_stats=bn_stats, loss_scale=scale_state, accumulators=accum,
+            slots=slots + accum + [local_step, batch_finite] + scale_state, non_slot=non_slot,
+        )
+    return graphs.BuiltGraph(graph, {"loss": loss}, expected, optimizer)
+
+
+@pytest.fixture(scope="module", params=[(True, True, True), (False, False, True), (True, True, False)],
+                ids=["resource-cond-v2", "reference-cond-v1", "resource-plain-clip"])
+def accumulated_scaled(request):
+    resource, cond_v2, clip_in_cond = request.param
+    return accumulated_and_loss_scaled(resource=resource, cond_v2=cond_v2, clip_in_cond=clip_in_cond)
+
+
+def test_the_loss_scale_behind_an_accumulator_is_optimizer_state(accumulated_scaled):
+    graph, expected = accumulated_scaled.graph, accumulated_scaled.expected
+    assert roles_of(graph) == expected_roles(accumulated_scaled)
+    assert len(expected["slots"]) == 2 * 5 + 2 + 5 + 2 + 2  # m and v, beta powers, accumulators, counters, scale
+    cat = catalog.load(graph)
+    assert sorted(cat.role("loss_scale")) == ["current_loss_scale", "good_steps"]
+    assert sorted(cat.role("optimizer")) == sorted(expected["non_slot"] + ["batch_finite", "local_step"])
+    trainable = expected["trainable"]
+    assert slot_of(graph) == {f"{w}/{slot}": w for w in trainable for slot in ("Adam", "Adam_1", "accum")}
+
+
+def test_the_loss_scale_behind_an_accumulator_is_no_forgotten_state(accumulated_scaled):
+    graph, expected = accumulated_scaled.graph, accumulated_scaled.expected
+    assert audit(ss.trainable(), graph) == [bn_error("block1/bn", expected["bn_stats"])]
+    assert audit(ss.trainable() | ss.bn_stats(), graph) == []
+    assert (~ss.slots()).names(graph) == [n for n in expected["all"] if n not in expected["slots"]]
+
+
+# ---------------------------------------------------------------------------------
+# roles that a Saver built later does not change
+# ---------------------------------------------------------------------------------
+
+
+def handwritten_optimizer_with_a_decay_that_is_off():
+    """A hand-written momentum optimizer keeping its hyperparameters in variables under its scope;
+    ``decay`` is read only when it is not 0 (legacy Keras's optimizers build it the same way), so
+    nothing reads it, and a Saver built later reads it to write it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 3], name="x")
+        w = v1.get_variable("dense/w", [3, 2])
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        tf.identity(tf.matmul(x, w), name="output")
+        with v1.variable_scope("opt"):
+            learning_rate = v1.get_variable("learning_rate", [], initializer=v1.constant_initializer(0.1),
+                                            trainable=False)
+            v1.get_variable("decay", [], initializer=v1.zeros_initializer(), trainable=False)
+            momentum = v1.get_variable("dense/w/momentum", w.shape, initializer=v1.zeros_initializer(),
+                                       trainable=False)
+        (g,) = tf.gradients(loss, [w])
+        new_momentum = momentum.assign(0.9 * momentum + g)
+        tf.group(w.assign_sub(learning_rate * new_momentum), name="train")
+    return graph
+
+
+def role_table(graph):
+    cat = catalog.load(graph)
+    return {role: sorted(cat.role(role)) for role in catalog.ROLES} | {"slot_of": slot_of(graph)}
+
+
+BUILDERS = {
+    "decay-off": handwritten_optimizer_with_a_decay_that_is_off,
+    "bert-adamw": lambda: graphs.bert_classifier(optimizer="adamw").graph,
+    "adafactor": lambda: graphs.adafactor_transformer().graph,
+    "accumulating": lambda: graphs.accumulating_cnn(resource=False).graph,
+    "loss-scaled": lambda: graphs.loss_scaled_model().graph,
+    "accumulated-scaled": lambda: accumulated_and_loss_scaled(resource=True, cond_v2=True, clip_in_cond=True).graph,
+    "adam-ema": lambda: graphs.mnist_cnn(optimizer="adam", channels=(4, 8), fc_units=16, input_hw=8).graph,
+}
+
+
+@pytest.mark.parametrize("builder", list(BUILDERS))
+@pytest.mark.parametrize("sharded", [False, True], ids=["saver", "sharded-saver"])
+def test_a_saver_built_later_changes_no_role(builder, sharded):
+    graph = BUILDERS[builder]()
+    before = role_table(graph)
+    with graph.as_default():
+        v1.train.Saver(sharded=sharded)
+    assert role_table(graph) == before
+    if builder == "decay-off":
+        assert before["optimizer"] == ["opt/decay", "opt/learning_rate"]
+        assert before["slot"] == ["opt/decay", "opt/dense/w/momentum", "opt/learning_rate"]
+
+
+# ---------------------------------------------------------------------------------
+# a checkpoint alone: the names optimizers give their state
+# ---------------------------------------------------------------------------------
+
+
+def saved_names_checkpoint(directory, build):
+    """A name-based checkpoint of the variables ``build()`` makes in a fresh graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        build()
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            return v1.train.Saver().save(sess, str(directory / "model"), write_meta_graph=False)
+
+
+def factored_slots(weights):
+    """Slots named as tensor2tensor's Adafactor makes them through TensorFlow's slot creator: m, then the
+    factored row and column moments vr and vc of a matrix, or v of a vector, all under the name 'Adafactor'."""
+    optimizer = v1.train.Optimizer(False, "Adafactor")
+    for weight in weights:
+        shape = weight.shape.as_list()
+        optimizer._zeros_slot(weight, "m", optimizer._name)  # pylint: disable=protected-access
+        if len(shape) >= 2:
+            for slot, moment_shape in (("vr", shape[:-1]), ("vc", shape[:-2] + shape[-1:])):
+                optimizer._get_or_make_slot(weight, tf.zeros(moment_shape), slot, optimizer._name)  # pylint: disable=protected-access
+        else:
+            optimizer._get_or_make_slot(weight, tf.zeros(shape), "v", optimizer._name)  # pylint: disable=protected-access
+
+
+def adafactor_names():
+    weights = [v1.get_variable("body/attention/q", [4, 4]), v1.get_variable("body/attention/q_bias", [4])]
+    factored_slots(weights)
+    v1.train.get_or_create_global_step()
+
+
+def nvidia_lamb_accumulation_names():
+    """NVIDIA's BERT optimization.py: LAMB moments (VAR/adam_m, VAR/adam_v), gradient accumulators (VAR/accum, and
+    VAR/accum/VAR/accum where made under a scope of their own name), local_step, batch_finite, and the loss scale of
+    tf.contrib.mixed_precision's ExponentialUpdateLossScaleManager (loss_scale, good_steps, bad_steps)."""
+    weights = [v1.get_variable("bert/dense/kernel", [3, 3]), v1.get_variable("bert/dense/bias", [3])]
+    for weight in weights:
+        for suffix in ("adam_m", "adam_v"):
+            v1.get_variable(f"{weight.op.name}/{suffix}", weight.shape, trainable=False)
+    v1.get_variable("bert/dense/kernel/accum", [3, 3], trainable=False)
+    with v1.variable_scope("bert/dense/bias/accum"):
+        v1.get_variable("bert/dense/bias/accum", [3], trainable=False)
+    v1.get_variable("local_step", [], tf.int32, trainable=False, initializer=v1.zeros_initializer())
+    v1.get_variable("batch_finite", [], tf.bool, trainable=False, initializer=v1.ones_initializer())
+    for name, dtype in (("loss_scale", tf.float32), ("good_steps", tf.int32), ("bad_steps", tf.int32)):
+        v1.get_variable(name, [], dtype, trainable=False, initializer=v1.zeros_initializer())
+    v1.train.get_or_create_global_step()
+
+
+NAME_FAMILIES = {
+    "adafactor": (adafactor_names, {
+        "slot_of": {"body/attention/q/Adafactor": "body/attention/q", "body/attention/q/Adafactor_1": "body/attention/q",
+                    "body/attention/q/Adafactor_2": "body/attention/q",
+                    "body/attention/q_bias/Adafactor": "body/attention/q_bias",
+                    "body/attention/q_bias/Adafactor_1": "body/attention/q_bias"},
+        "optimizer": [], "loss_scale": [], "global_step": ["global_step"],
+        "kept": ["body/attention/q", "body/attention/q_bias", "global_step"],
+    }),
+    "nvidia-lamb-accumulation": (nvidia_lamb_accumulation_names, {
+        "slot_of": {"bert/dense/bias/accum/bert/dense/bias/accum": "bert/dense/bias",
+                    "bert/dense/bias/adam_m": "bert/dense/bias", "bert/dense/bias/adam_v": "bert/dense/bias",
+                    "bert/dense/kernel/accum": "bert/dense/kernel", "bert/dense/kernel/adam_m": "bert/dense/kernel",
+                    "bert/dense/kernel/adam_v": "bert/dense/kernel"},
+        "optimizer": ["batch_finite", "local_step"], "loss_scale": ["bad_steps", "good_steps", "loss_scale"],
+        "global_step": ["global_step"], "kept": ["bert/dense/bias", "bert/dense/kernel", "global_step"],
+    }),
+}
+
+
+@pytest.mark.parametrize("family", list(NAME_FAMILIES))
+def test_a_checkpoint_alone_knows_the_family_by_its_names(family, tmp_path):
+    build, expected = NAME_FAMILIES[family]
+    prefix = saved_names_checkpoint(tmp_path, build)
+    cat = catalog.load(prefix)
+    assert cat.roles.from_names
+    assert cat.roles.slot_of == expected["slot_of"]
+    assert sorted(cat.role("optimizer")) == expected["optimizer"]
+    assert sorted(cat.role("loss_scale")) == expected["loss_scale"]
+    assert sorted(cat.role("global_step")) == expected["global_step"]
+    assert sorted(cat.role("slot")) == sorted([*expected["slot_of"], *expected["optimizer"], *expected["loss_scale"]])
+    assert sorted((~ss.slots()).names(prefix)) == expected["kept"]
+    assert catalog.warn_missed_optimizer_state(cat, ~ss.slots(), expected["kept"], prefix) == ()
+
+
+def test_optimizer_state_no_family_knows_is_named_in_a_warning(tmp_path):
+    def build():
+        weight = v1.get_variable("dense/w", [2, 2])
+        for suffix in ("Yogi", "Yogi_1"):  # a tf.compat.v1-style optimizer no name family knows
+            v1.get_variable(f"dense/w/{suffix}", weight.shape, trainable=False)
+        v1.get_variable("dense/w/Adafactor", weight.shape, trainable=False)
+
+    prefix = saved_names_checkpoint(tmp_path, build)
+    cat, keep = catalog.load(prefix), ~ss.slots()
+    kept = keep.names(prefix)
+    assert kept == ["dense/w", "dense/w/Yogi", "dense/w/Yogi_1"]
+    with pytest.warns(ss.SubsetSaverWarning) as caught:
+        assert catalog.warn_missed_optimizer_state(cat, keep, kept, prefix) == ("dense/w/Yogi", "dense/w/Yogi_1")
+    assert [str(w.message) for w in caught] == [
+        f"~slots() keeps 2 tensors of '{prefix}' that look like optimizer state (dense/w/Yogi, dense/w/Yogi_1): "
+        "without a graph, slots() knows only well-known names. Pass the training graph (--graph model.meta), or drop "
+        "them by name: \"~slots() - name('*/Yogi*')\"."
+    ]
+    assert catalog.warn_missed_optimizer_state(cat, ss.trainable(), kept, prefix) == ()  # no slots() in it
+    assert catalog.warn_missed_optimizer_state(cat, keep - ss.name("*/Yogi*"), ["dense/w"], prefix) == ()
 
 
 # ---------------------------------------------------------------------------------

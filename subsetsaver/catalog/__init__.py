@@ -43,7 +43,7 @@ from .records import (
     VariableRecord,
     value_bytes,
 )
-from .roles import ROLES, Roles, roles_from_names, roles_from_object_graph
+from .roles import ROLES, Roles, roles_from_names, roles_from_object_graph, warn_missed_optimizer_state
 from .sources import load
 
 __all__ = [
@@ -76,4 +76,5 @@ __all__ = [
     "source_path",
     "unlisted_checkpoints_error",
     "value_bytes",
+    "warn_missed_optimizer_state",
 ]

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
+from ..errors import SubsetSaverWarning
 from ..formats import tf_object_graph
-from .dataflow import dataflow
-from .op_graph import ASSIGN_OPS, input_is_variable, is_apply_op, is_fused_batch_norm
+from .dataflow import USE, dataflow
+from .op_graph import ASSIGN_OPS, inert, input_is_variable, is_apply_op, is_fused_batch_norm
 from .training_state import training_state
 
 ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step", "loss_scale")
@@ -47,9 +49,17 @@ _MOVING_AVERAGE_ASSIGNS = frozenset({"AssignSub", "AssignSubVariableOp"})
 _METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 _MOMENT_SEARCH_DEPTH = 10
 
+# tf.compat.v1.train optimizers' slots are VARIABLE/OPTIMIZER_NAME[_N]: Adam's m and v are VAR/Adam and VAR/Adam_1;
+# tensor2tensor's Adafactor makes VAR/Adafactor (m), then VAR/Adafactor_1 and _2 (the factored vr and vc) or
+# VAR/Adafactor_1 (v); tf.contrib.opt's AdaMax, AdamW, MomentumW, LARS, AddSign, PowerSign, GGT and Shampoo likewise.
 _SLOT_NAME = re.compile(
-    r"/(Adam|Momentum|Adagrad|AdagradDA|Adadelta|RMSProp|Ftrl|ProximalAdagrad|ProximalGradientDescent)(_\d+)?$"
+    r"/(Adam|Momentum|Adagrad|AdagradDA|Adadelta|RMSProp|Ftrl|ProximalAdagrad|ProximalGradientDescent|Adafactor|"
+    r"AdaMax|AdamW|MomentumW|LARSOptimizer|AddSignOptimizer|PowerSignOptimizer|GGT|Shampoo)(_\d+)?$"
 )
+# Gradient accumulation (NVIDIA's BERT and the code copied from it): VAR/accum, or VAR/accum/VAR/accum when made
+# under a variable scope of its own name; a micro-step counter and a flag of finite gradients beside them.
+_ACCUMULATOR_NAME = re.compile(r"^(?P<variable>.+?)/accum(/(?P=variable)/accum)?$")
+_ACCUMULATION_OWN_NAME = re.compile(r"(^|/)(local_step|batch_finite)$")
 # Names hand-written optimizers give their moments (google-research/bert's AdamWeightDecayOptimizer and
 # the LAMB and Adafactor implementations copied from it): VARIABLE/adam_m, VARIABLE/lamb_v, ...
 _HANDWRITTEN_SLOT_NAME = re.compile(r"/(adam_m|adam_v|lamb_m|lamb_v|adafactor_m|adafactor_v|adafactor_vr|adafactor_vc)$")
@@ -63,8 +73,16 @@ _KERAS_STEP_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/iter$")
 _OPTIMIZER_NAME = re.compile(r"(^|/)(beta1_power|beta2_power)(_\d+)?$")
 _EMA_NAME = re.compile(r"/ExponentialMovingAverage(_\d+)?$")
 _BN_NAME = re.compile(r"(^|/)(moving_mean|moving_variance)(/|$)")
-_LOSS_SCALE_NAME = re.compile(r"(^|/)(current_loss_scale|good_steps|loss_scale)(_\d+)?$")
+# tf.compat.v1.mixed_precision's dynamic loss scale; tf.contrib.mixed_precision's ExponentialUpdateLossScaleManager
+# (loss_scale, good_steps, bad_steps)
+_LOSS_SCALE_NAME = re.compile(r"(^|/)(current_loss_scale|good_steps|bad_steps|loss_scale)(_\d+)?$")
 _BN_ATTRIBUTES = frozenset({"moving_mean", "moving_variance"})  # Keras BatchNormalization's statistics
+# What looks like optimizer state to a reader, whether or not a role family above knows it: a path segment naming
+# an optimizer or an accumulator, a hand-written moment, an object-based checkpoint's slot path.
+_OPTIMIZER_LOOKING = re.compile(
+    r"(?i)(^|/)(adam\w*|adafactor\w*|lamb\w*|lars\w*|momentum\w*|adagrad\w*|adadelta|rmsprop|ftrl|nadam|yogi|lion|"
+    r"sgd|optimizer|accum|accumulator|grad_acc|beta[12]_power)(_\d+)?(/|$)|\.OPTIMIZER_SLOT"
+)
 
 
 @dataclasses.dataclass
@@ -168,8 +186,10 @@ def roles_from_names(names) -> Roles:
     slot_of = {n: _SLOT_NAME.sub("", n) for n in names if _SLOT_NAME.search(n)}
     slot_of.update((n, _HANDWRITTEN_SLOT_NAME.sub("", n)) for n in names if _HANDWRITTEN_SLOT_NAME.search(n))
     slot_of.update((n, match["variable"]) for n in names for match in [_KERAS_SLOT_NAME.match(n)] if match)
+    slot_of.update((n, match["variable"]) for n in names for match in [_ACCUMULATOR_NAME.match(n)] if match)
     slots = set(slot_of)
-    optimizer_own = {n for n in names if _OPTIMIZER_NAME.search(n) or _KERAS_OWN_NAME.match(n)}
+    optimizer_own = {n for n in names if _OPTIMIZER_NAME.search(n) or _KERAS_OWN_NAME.match(n)
+                     or _ACCUMULATION_OWN_NAME.search(n)}
     averages = {n for n in names if _EMA_NAME.search(n)}
     bn_stats = {n for n in names if _BN_NAME.search(n) or (n in averages and "/moments/" in n)}
     steps = {n for n in names if n == "global_step" or n.endswith("/global_step") or _KERAS_STEP_NAME.match(n)}
@@ -225,6 +245,36 @@ def roles_from_object_graph(graph, names) -> Roles:
         },
         slot_of=slot_of,
         average_of={},
+    )
+
+
+def warn_missed_optimizer_state(cat, selector, kept, source, *, stacklevel=2) -> tuple:
+    """Warn (``SubsetSaverWarning``) when ``selector`` uses ``slots()`` on roles guessed from names and keeps
+    names that look like optimizer state that no known name family covers; returns those names. For the
+    tools that select from a checkpoint alone (``slim``, ``convert``), after resolving ``kept``.
+
+    >>> warn_missed_optimizer_state(cat, ss.parse('~slots()'), ['w', 'w/opt_state'], 'ckpt/model')
+    ()
+    """
+    if not cat.roles.from_names or "slots()" not in repr(selector):
+        return ()
+    slots = cat.role("slot")
+    missed = tuple(n for n in kept if n not in slots and _OPTIMIZER_LOOKING.search(n))
+    if missed:
+        warnings.warn(missed_optimizer_state_message(missed, source, selector), SubsetSaverWarning,
+                      stacklevel=stacklevel + 1)
+    return missed
+
+
+def missed_optimizer_state_message(missed, source, selector) -> str:
+    """The words of :func:`warn_missed_optimizer_state`: the names, and two ways to drop them."""
+    shown = ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
+    endings = list(dict.fromkeys(re.sub(r"_\d+$", "", n.rsplit("/", 1)[-1]) for n in missed))[:3]
+    by_name = " - ".join([repr(selector)] + [f"name('*/{ending}*')" for ending in endings])
+    return (
+        f"{repr(selector)} keeps {len(missed)} tensor{'s' if len(missed) != 1 else ''} of '{source}' that look like "
+        f"optimizer state ({shown}): without a graph, slots() knows only well-known names. Pass the training graph "
+        f"(--graph model.meta), or drop them by name: {by_name!r}."
     )
 
 
@@ -305,7 +355,26 @@ def _unused_siblings(catalog, flow, optimizer_own, taken):
             continue
         if tuple(catalog.entry(name).shape) != () or flow.updates(name):
             continue
-        if any(flow.computes(read) or flow.value_successors(read) for read in flow.reads.get(name, ())):
+        if any(_used(flow, read) for read in flow.reads.get(name, ())):
             continue
         found.add(name)
     return found
+
+
+def _used(flow, read):
+    """Whether the value ``read`` takes goes anywhere but a saver, a shape query or a summary:
+    a ``tf.compat.v1.train.Saver`` built later must not change what a variable is for."""
+    pending, seen = [read], {read}
+    while pending:
+        node = pending.pop()
+        if isinstance(node, tuple) or node == USE or flow.computes(node):
+            return True
+        if flow.ends_flow(node):
+            if not inert(flow.ops.type[node]):
+                return True  # a write or an optimizer update takes it
+            continue
+        for following in flow.value_successors(node):
+            if following not in seen:
+                seen.add(following)
+                pending.append(following)
+    return False

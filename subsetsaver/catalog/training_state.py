@@ -142,14 +142,13 @@ class _Analysis:
 
     # -- the update side -----------------------------------------------------------------
     def run(self) -> TrainingState:
-        flow = self.flow
         steps = {name for name in self.updates if self._is_step_counter(name)}
         training = [key for name in self.trainable for key in self.updates.get(name, ())]
         training += [key for key, primary in self.applies.items() if primary in self.trainable]
         training += [key for name in steps for key in self.updates[name]]
         update_side, read_only_by_update = self._update_side(training)
         gradients = self._gradients(update_side)
-        derived = closure(gradients, flow.data_successors)
+        derived = self._gradient_derived(gradients, read_only_by_update - steps)
 
         loss_scale = {
             name for name in self.updates
@@ -158,8 +157,7 @@ class _Analysis:
         }
         slot_of, own = {}, set()
         for name in read_only_by_update - steps - loss_scale:
-            writes = self.updates.get(name, ())
-            if any(node in derived for key in writes for node in flow.value_inputs(key)):
+            if self._written_from(name, derived):
                 primary = self._primary(name)
                 if primary is not None:
                     slot_of[name] = primary
@@ -223,6 +221,23 @@ class _Analysis:
         below_forward = closure(forward, lambda n: [s for s in flow.value_successors(n) if s in update_side])
         return below_forward - forward
 
+    def _gradient_derived(self, gradients, carriers):
+        """What is computed from ``gradients``, also through the variables among ``carriers``
+        (read only by the update) that are written from them: an accumulator's value is a
+        gradient, whatever reads it next (a loss-scale wrapper's finiteness check, a cond)."""
+        flow, derived, pending = self.flow, set(), list(gradients)
+        carriers = set(carriers)
+        while pending:
+            derived |= closure(pending, flow.data_successors)
+            written = {name for name in carriers if self._written_from(name, derived)}
+            carriers -= written
+            pending = [read for name in written for read in flow.reads.get(name, ()) if read not in derived]
+        return derived
+
+    def _written_from(self, name, values):
+        flow = self.flow
+        return any(node in values for key in self.updates.get(name, ()) for node in flow.value_inputs(key))
+
     def _primary(self, name):
         """The one trainable variable whose update ``name``'s value feeds, or None (none or several)."""
         flow, found = self.flow, set()
@@ -236,7 +251,7 @@ class _Analysis:
             for key in [node] + [consumer for consumer, _index in flow.value_consumers(node)]:
                 if not isinstance(key, tuple) and updated_by(key) in self.trainable and key not in flow.initializers:
                     found.add(updated_by(key))
-            for following in flow.value_successors(node):
+            for following in flow.data_successors(node):  # what decides a cond serves every variable
                 if following not in seen:
                     seen.add(following)
                     queue.append(following)

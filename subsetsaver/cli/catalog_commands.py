@@ -33,6 +33,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
     source = catalog.source_path(checkpoint)
     cat = catalog.file_catalog(source)
     object_based = cat.checkpoint_kind == "object"
+    _say_which_checkpoint(checkpoint, source)
     if values_of is not None:
         _echo_values(source, cat, values_of, as_json)
         return
@@ -178,3 +179,11 @@ def select_command(expression, graph, checkpoint, explain, allow_empty, as_json)
     click.echo(
         f"\n{len(records)} of {len(cat)} variables, {format_bytes(total)} of {format_bytes(cat.nbytes(cat.all_names))}"
     )
+
+
+def _say_which_checkpoint(given, source):
+    """A MetaGraph file holds a graph and no values: say that its checkpoint is what was inspected."""
+    if str(given).endswith(".meta") and str(source) != str(given):
+        click.echo(f"note: '{given}' is a MetaGraph file (a graph, no values); inspecting the checkpoint '{source}' "
+                   f"saved with it. For the graph's variables and roles: subsetsaver select --graph {given} "
+                   "'everything()'", err=True)

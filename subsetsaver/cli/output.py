@@ -69,18 +69,24 @@ def load_source(graph, checkpoint):
     return catalog.load(graph if graph is not None else checkpoint)
 
 
+_HOW_TO_WRITE_ONE = ("write one from the graph that trains it with "
+                     "tf.compat.v1.train.export_meta_graph('{prefix}.meta') and pass that")
+
+
 def meta_graph_path(ctx, param, path):
     """Click callback for ``--graph``: a MetaGraph file, or a usage error that says what to pass instead."""
     if path is None or path.endswith(".meta") and not os.path.isdir(path):
         return path
     if storage.is_directory(path):
         metas = [storage.join(path, name) for name in storage.list_directory(path) if name.endswith(".meta")]
-        hint = f"; pass --graph {metas[-1]}" if metas else "; pass the .meta file that Saver.save wrote"
+        hint = f"; pass --graph {metas[-1]}" if metas else (
+            f", and it holds no .meta file; {_HOW_TO_WRITE_ONE.format(prefix=storage.join(path, 'model'))}")
         raise click.BadParameter(f"'{path}' is a directory, not a MetaGraph file{hint} "
                                  f"(or --checkpoint {path} for names, shapes and dtypes only)", ctx, param)
     prefix = path[:-len(".index")] if path.endswith(".index") else path
     if os.path.exists(prefix + ".index"):
-        hint = f"pass --graph {prefix}.meta" if os.path.exists(prefix + ".meta") else "pass its .meta file"
+        hint = f"pass --graph {prefix}.meta" if os.path.exists(prefix + ".meta") else (
+            f"there is no {prefix}.meta (saved with write_meta_graph=False); {_HOW_TO_WRITE_ONE.format(prefix=prefix)}")
         raise click.BadParameter(f"'{path}' is a checkpoint, not a MetaGraph file; {hint} "
                                  f"(or --checkpoint {prefix} for names, shapes and dtypes only)", ctx, param)
     raise click.BadParameter(f"'{path}' is not a MetaGraph file (they end in .meta); pass the .meta file that "

@@ -219,9 +219,9 @@ def tf1_names(cat, kept, remap=None) -> dict:
 
 def tf1_optimizer_values(source, cat, kept) -> dict:
     """The tensors a TF1 optimizer holds that an object-based checkpoint does not: for each Adam whose
-    slots are kept, ``beta1_power`` and ``beta2_power`` (``beta_1 ** (iterations + 1)`` as float32: the
-    value TF1's AdamOptimizer holds after that many steps), named as TF1 names them (``beta1_power_1``
-    for a second Adam)."""
+    slots are kept, ``beta1_power`` and ``beta2_power`` (``beta_1`` multiplied in ``iterations`` times, in
+    float32, as TF1's AdamOptimizer accumulates them: the value it holds after that many steps), named as
+    TF1 names them (``beta1_power_1`` for a second Adam)."""
     graph, kept_keys = cat.object_graph, {cat.checkpoint_key(name) for name in kept}
     names_of = {cat.checkpoint_key(name): name for name in cat.ordered_names}
     values, number = {}, 0
@@ -234,14 +234,33 @@ def tf1_optimizer_values(source, cat, kept) -> dict:
         if optimizer.iterations:
             wanted[names_of[optimizer.iterations]] = "iterations"
         found = {wanted[name]: value for name, value in catalog_module.read_tensors(source, list(wanted))}
-        exponent = _number(found, "iterations", 0, source) + 1
+        steps = _number(found, "iterations", 0, source)
         suffix = f"_{number}" if number else ""
         for power, beta in (("beta1_power", "beta_1"), ("beta2_power", "beta_2")):
-            base = np.float64(np.float32(_number(found, beta, ADAM_DEFAULTS[beta], source)))
-            with np.errstate(over="ignore", invalid="ignore"):
-                values[power + suffix] = np.float32(base ** exponent)
+            values[power + suffix] = accumulated_power(_number(found, beta, ADAM_DEFAULTS[beta], source), steps)
         number += 1
     return values
+
+
+def accumulated_power(beta, steps) -> np.float32:
+    """The beta power TF1's ``AdamOptimizer`` holds after ``steps`` steps: ``beta`` as float32, multiplied
+    by ``beta`` once a step in float32, values below float32's smallest normal flushed to zero (TensorFlow's
+    CPU kernels do). ``beta ** (steps + 1)`` in double precision is one float32 ulp off at some steps.
+
+    >>> print(accumulated_power(0.999, 2))
+    0.9970031
+    """
+    beta = np.float32(beta)
+    value, tiny = beta, np.finfo(np.float32).tiny
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for _ in range(max(0, int(steps))):
+            following = value * beta
+            if abs(following) < tiny:
+                following = np.float32(0.0)
+            if following == value or following != following:
+                break  # a fixed point (beta 1, or 0 reached) or NaN: it stays there
+            value = following
+    return np.float32(value)
 
 
 def _number(found, label, default, source):
