@@ -131,8 +131,9 @@ def test_a_second_writer_in_one_directory_is_refused_until_the_first_ends(tmp_pa
             with pytest.raises(ss.CheckpointWriteError) as error:
                 plan.save(sess, os.path.join(directory, "model"), global_step=5)
             assert str(error.value) == (
-                f"another process is saving checkpoints in '{directory}'; two writers in one directory replace "
-                "each other's files: give each run its own directory, or stop the other process first"
+                f"another process is writing checkpoints in '{directory}' (process {writer.pid}); two writers in "
+                "one directory replace each other's files: give each its own directory, or stop the other process "
+                "first"
             )
             assert plan.restore_or_initialize(sess, directory).checkpoint == written
             np.testing.assert_array_equal(sess.run(w), np.zeros(4, np.float32))

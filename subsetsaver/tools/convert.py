@@ -101,6 +101,7 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
     checkpoint_writer.check_output(output, output_format, sources=[source], overwrite=overwrite)
     cat = catalog_module.file_catalog(source)
     kept = selector.names(cat)
+    catalog_module.warn_missed_optimizer_state(cat, selector, kept, source, stacklevel=2)
     kept_set = set(kept)
     dropped = tuple(n for n in cat.ordered_names if n not in kept_set)
     if output_format.dtypes is not None:

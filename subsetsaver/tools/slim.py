@@ -71,6 +71,7 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     source_catalog = catalog_module.checkpoint_catalog(source)
     chosen_from = source_catalog if graph is None else catalog_module.load(graph)
     kept = selector.names(chosen_from)
+    catalog_module.warn_missed_optimizer_state(chosen_from, selector, kept, source, stacklevel=2)
     lacking = [name for name in kept if name not in source_catalog.all_names]
     if lacking:
         raise CheckpointMismatchError(
