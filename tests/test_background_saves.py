@@ -247,6 +247,23 @@ def test_bad_requests_fail_before_any_snapshot(tmp_path):
             "call ss.portable.prepare_npz(sel, graph) before graph.finalize()")
 
 
+def test_a_failed_snapshot_queues_nothing_so_the_next_save_does_not_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(background, "RUN_BYTES", 1024)  # a queue per variable or so
+    built = graphs.mnist_cnn(**SMALL)
+    plan = ss.plan(SUBSET, built.graph)
+    assert len(plan._background.queues.runs) > 10
+    late = [v for v in plan.saved if v.op.name == "out/b"]
+    config = v1.ConfigProto(operation_timeout_in_ms=120_000)  # a full queue fails the save instead of hanging
+    with v1.Session(graph=built.graph, config=config) as sess:
+        sess.run([v.initializer for v in plan.saved if v not in late])
+        with pytest.raises(UninitializedVariablesError) as caught:
+            plan.save(sess, str(tmp_path / "model"), blocking=False)
+        assert str(caught.value) == ("cannot save: 1 variable not initialized: out/b; "
+                                     "run plan.restore_or_initialize(sess, None) first")
+        sess.run(late[0].initializer)
+        assert plan.save(sess, str(tmp_path / "model"), blocking=False).wait() == str(tmp_path / "model")
+
+
 def test_a_pending_save_says_how_long_it_blocked_and_the_plan_estimates_the_next(tmp_path):
     built = graphs.mnist_cnn(**SMALL)
     plan = ss.plan(SUBSET, built.graph)

@@ -53,6 +53,7 @@ logger = logging.getLogger("subsetsaver.planning")
 
 IF_BUSY = ("wait", "skip")
 RUN_BYTES = 32 << 20  # one queue (one session.run in the background) holds about this much
+BACKGROUND_NICENESS = 10  # how much lower the writing thread's priority is than the process's
 
 
 class PendingSave:
@@ -106,12 +107,15 @@ class SnapshotQueues:
 
         self.runs = [list(run) for run in runs]
         self._takes = []
-        puts = []
         with graph.as_default(), graph.control_dependencies(None), tf.compat.v1.name_scope(scope):
-            for index, run in enumerate(self.runs):
-                values = [_snapshot_of(item) for item in run]
-                queue = tf.queue.FIFOQueue(1, [value.dtype.base_dtype for value in values], name=f"run_{index}")
-                puts.append(queue.enqueue(values))
+            values = [[_snapshot_of(item) for item in run] for run in self.runs]
+            # Every run is queued only once every value was read: a failed read (an uninitialized
+            # variable) queues nothing, so no queue is left full for the next save to block on.
+            queues = [tf.queue.FIFOQueue(1, [value.dtype.base_dtype for value in run], name=f"run_{index}")
+                      for index, run in enumerate(values)]
+            with graph.control_dependencies([value.op for run in values for value in run]):
+                puts = [queue.enqueue(run) for queue, run in zip(queues, values)]
+            for queue in queues:
                 taken = queue.dequeue()
                 self._takes.append(list(taken) if isinstance(taken, (list, tuple)) else [taken])
             self.put = tf.group(*puts, name="put")
@@ -164,6 +168,7 @@ class SnapshotQueues:
             return self.take(sess, index)
 
         def work():
+            _yield_to_training()
             started = time.monotonic()
             try:
                 pending.path = write(take)
@@ -276,6 +281,15 @@ def queues_for(graph, fetches, *, build=True):
             queues = _queues_by_fetches[fetches] = SnapshotQueues(
                 graph, [run[0] for run in fetches.runs], "subsetsaver_snapshot/")
         return queues
+
+
+def _yield_to_training():
+    """Lower this thread's scheduling priority (Linux: niceness is per thread), so that on a busy
+    machine the training loop's thread comes first; the write then takes longer, not the steps."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS))
+    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        pass
 
 
 def _snapshot_of(item):
