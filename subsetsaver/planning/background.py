@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-import shutil
 import threading
 import time
 import warnings
@@ -40,13 +39,12 @@ import weakref
 from .. import tf_internals
 from ..errors import SubsetSaverWarning
 from ..formats import tf_state
-from ..formats.atomic import fsync_directory
+from ..formats.storage import hold_directory
 from ..formats.tf_bundle import BundleWriter
-from ..formats.writer_lock import hold_directory
 from .npz_backend import NpzBackend
 from .npz_layout import layout_of
 from .npz_ops import save_fetches_for
-from .staging import data_files, remove_checkpoint_files, saved_prefix, staging_prefix
+from .staging import saved_prefix
 from .tf_backend import TfBackend
 
 logger = logging.getLogger("subsetsaver.planning")
@@ -253,7 +251,7 @@ class BundleRuns:
 
 class SnapshotSession:
     """Stands in for a session in a backend's own save: a ``run`` of the fetches of run ``i`` of
-    ``runs`` is answered with the snapshot's values of that run, so the file is the one a blocking
+    ``runs`` is answered with the snapshot's values of that run, so the file holds what a blocking
     save writes for those values."""
 
     def __init__(self, graph, runs, take):
@@ -397,52 +395,18 @@ class BackgroundSaves:
 
     def _write_bundle(self, sess, save_path, step, take, *, write_meta_graph=True, meta_graph_suffix="meta",
                       write_state=True, latest_filename=None, strip_default_attrs=False):
-        """What ``Saver.save`` does, with the values from the snapshot and the TF-free bundle writer."""
+        """What ``Saver.save`` does, with the values from the snapshot and the TF-free bundle writer
+        (which publishes the files so that the checkpoint it replaces, if any, stays whole until then)."""
         saver = self.backend.saver
         final = saved_prefix(saver, sess, save_path, step)
-        directory = os.path.dirname(final)
-        overwrite = "://" not in final and os.path.exists(final + ".index")
-        target = staging_prefix(final) if overwrite else final  # the old checkpoint stays whole until replaced
-        try:
-            with BundleWriter(target) as writer:
-                self._bundle.write(writer, take)
-            if write_meta_graph:
-                with self.graph.as_default():  # the default graph is the thread's own
-                    saver.export_meta_graph(f"{final}.{meta_graph_suffix}", strip_default_attrs=strip_default_attrs)
-            if overwrite:
-                if write_state:
-                    others = [path for path in saver.last_checkpoints if path != final]
-                    tf_state.write_state(directory or ".", target, others, latest_filename or "checkpoint")
-                _publish_over(target, final)
-        finally:
-            if overwrite:
-                remove_checkpoint_files(target)
+        with BundleWriter(final) as writer:
+            self._bundle.write(writer, take)
+        if write_meta_graph:
+            with self.graph.as_default():  # the default graph is the thread's own
+                saver.export_meta_graph(f"{final}.{meta_graph_suffix}", strip_default_attrs=strip_default_attrs)
         if write_state:  # only now, with every file durable, is it named latest
             tf_internals.saver_record_checkpoint(saver, final)
-            tf_state.write_state(directory or ".", final, saver.last_checkpoints, latest_filename or "checkpoint")
+            tf_state.write_state(os.path.dirname(final) or ".", final, saver.last_checkpoints,
+                                 latest_filename or "checkpoint")
             tf_internals.saver_retire_old_checkpoints(saver, meta_graph_suffix)
         return final
-
-
-def _publish_over(staged, final):
-    """Replace the checkpoint ``final`` with the whole, durable ``staged`` one: the old ``.index`` goes
-    first (from then on ``final`` is no checkpoint, rather than a torn one), the new one comes last;
-    ``staged`` stays whole throughout (hard links), for the state file that names it meanwhile."""
-    old = data_files(final)
-    os.remove(final + ".index")
-    new = []
-    for path in data_files(staged):
-        new.append(final + path[len(staged):])
-        _link_over(path, new[-1], staged + "-link" + path[len(staged):])
-    _link_over(staged + ".index", final + ".index", staged + "-link.index")
-    for path in set(old) - set(new):
-        os.remove(path)
-    fsync_directory(os.path.dirname(final) or ".")
-
-
-def _link_over(source, target, temporary):
-    try:
-        os.link(source, temporary)
-    except OSError:
-        shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
