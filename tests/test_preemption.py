@@ -259,8 +259,8 @@ graph, step, train = build()
 plan = ss.plan(ss.everything(), graph, max_to_keep=2)
 with v1.Session(graph=graph, config=config()) as sess:
     plan.restore_or_initialize(sess, directory)
-    print("ready", sess.run(step), flush=True)
     with ss.training.preemptible(sess, plan, os.path.join(directory, "model"), global_step=step, exit_code=143) as p:
+        print("ready", sess.run(step), flush=True)  # the handler is in place from here on
         while not p.stop_requested and sess.run(step) < TOTAL_STEPS:
             sess.run(train)
             done = int(sess.run(step))
