@@ -282,30 +282,15 @@ def model():
     return namespace
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(model):
-    graph, _, train = model["build"]()
-    plan = ss.plan(ss.everything(), graph)
-    with v1.Session(graph=graph, config=model["config"]()) as sess:
-        plan.restore_or_initialize(sess, None)
-        for _ in range(model["TOTAL_STEPS"]):
-            sess.run(train)
-        return values_of(sess, plan)
-
-
-@pytest.mark.parametrize("moment", ["ready", "step 5", "saving 6", "writing 8"],
-                         ids=["before the first save", "during a step", "during a save", "during a background write"])
-def test_a_killed_training_script_resumes_bit_exact(tmp_path, model, uninterrupted, moment):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    directory = tmp_path / "run"
-    directory.mkdir()
+def run_script(script, directory, moment=None):
+    """Run the training script on ``directory``; with ``moment``, send it SIGTERM when it prints a line
+    starting so. Returns (exit status, every line it printed, its stderr)."""
     env = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     child = subprocess.Popen([sys.executable, str(script), str(directory)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env, text=True)
     seen = []
     try:
-        for line in child.stdout:
+        for line in child.stdout if moment else ():
             seen.append(line.strip())
             if seen[-1].startswith(moment):
                 child.send_signal(signal.SIGTERM)
@@ -315,19 +300,44 @@ def test_a_killed_training_script_resumes_bit_exact(tmp_path, model, uninterrupt
         if child.poll() is None:
             child.kill()
             child.wait()
-    seen += out.split()
+    return child.returncode, seen + out.splitlines(), err
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(model, tmp_path_factory):
+    """The last checkpoint's values of a run never interrupted (every run's arithmetic in a process of its own)."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    script = directory / "train.py"
+    script.write_text(SCRIPT)
+    code, lines, err = run_script(script, directory)
+    assert code == 0 and lines[-1] == "finished", err[-2000:]
+    return checkpoint_values(str(directory / f"model-{model['TOTAL_STEPS']}"))
+
+
+def checkpoint_values(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.parametrize("moment", ["ready", "step 5", "saving 6", "writing 8"],
+                         ids=["before the first save", "during a step", "during a save", "during a background write"])
+def test_a_killed_training_script_resumes_bit_exact(tmp_path, model, uninterrupted, moment):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    directory = tmp_path / "run"
+    directory.mkdir()
+    code, seen, err = run_script(script, directory, moment)
     last_step = max([int(line.split()[1]) for line in seen if line.startswith("step ")], default=0)
-    assert child.returncode == 143, err[-2000:]
-    assert "finished" not in out
-    graph, step, train = model["build"]()
+    assert code == 143, err[-2000:]
+    assert "finished" not in seen
+    graph, step, _ = model["build"]()
     plan = ss.plan(ss.everything(), graph, max_to_keep=2)
-    with v1.Session(graph=graph, config=model["config"]()) as sess:
+    with v1.Session(graph=graph) as sess:
         report = plan.restore_or_initialize(sess, str(directory))  # the latest restores whole
         resumed_at = int(sess.run(step))
-        assert report.checkpoint == str(directory / f"model-{resumed_at}")
-        assert resumed_at in (last_step, last_step + 1), (seen, resumed_at)
-        for _ in range(model["TOTAL_STEPS"] - resumed_at):
-            sess.run(train)
-        assert_bit_equal(values_of(sess, plan), uninterrupted)
-        plan.save(sess, str(directory / "model"), global_step=model["TOTAL_STEPS"])
+    assert report.checkpoint == str(directory / f"model-{resumed_at}")
+    assert resumed_at in (last_step, last_step + 1), (seen, resumed_at)
+    code, lines, err = run_script(script, directory)  # the restart: resumes and trains to the end
+    assert code == 0 and lines[0] == f"ready {resumed_at}" and lines[-1] == "finished", err[-2000:]
+    assert_bit_equal(checkpoint_values(str(directory / f"model-{model['TOTAL_STEPS']}")), uninterrupted)
     assert not [name for name in os.listdir(directory) if ".tmp-" in name]
