@@ -24,13 +24,15 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import weakref
 
 from . import catalog as catalog_module
-from .errors import CheckpointMismatchError
+from .errors import CheckpointMismatchError, RestoreOpsMissingError
 from .formats import npz, storage
 from .formats.npz import entry_spec, evict_oldest
+from .planning.background import PendingSave, SnapshotSession, queues_for, snapshot
 from .planning.npz_layout import check_storable, compare_with_manifest, layout_of
 from .planning.npz_ops import ops_for, save_fetches_for
 from .planning.reports import describe_all
@@ -142,10 +144,12 @@ def prepare_npz(sel=None, graph=None) -> int:
     graph = graph if graph is not None else tf.compat.v1.get_default_graph()
     _, layouts = _selection(sel, graph)
     check_storable(layouts)
-    return sum(len(layout.parts) for layout in ops_for(graph, layouts).layouts.values())
+    ops = ops_for(graph, layouts)
+    queues_for(graph, ops.save)  # for saves with blocking=False
+    return sum(len(layout.parts) for layout in ops.layouts.values())
 
 
-def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM) -> str:
+def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM, blocking=True, if_busy="wait"):
     """Write the variables ``sel`` chooses (None: everything) to the portable file ``path``.
 
     The values are fetched in runs of about 32 MB and written as they come (call it between
@@ -153,7 +157,14 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     the file layer (:mod:`subsetsaver.formats.storage`), under the directory's writer lock. ``checksum``:
     'crc32' or 'sha256' per array (see :func:`subsetsaver.formats.npz.write`). Returns ``path``.
 
+    ``blocking=False``: queue a snapshot of the selection in one ``session.run`` and write the file
+    in a background thread; returns a ``PendingSave`` whose ``wait()`` returns ``path`` once the file
+    is durable (see :mod:`subsetsaver.planning.background`; ``if_busy``: 'wait' for the save of this
+    selection in flight, or 'skip' this one). In a finalized graph, call :func:`prepare_npz` first.
+
     >>> save_npz(sess, 'model.npz', ss.trainable() | ss.bn_stats())
+    'model.npz'
+    >>> save_npz(sess, 'model.npz', blocking=False).wait()
     'model.npz'
     """
     graph = _graph_of(sess, graph)
@@ -163,6 +174,28 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM)
     path = os.fspath(path)
     storage.hold_directory(storage.parent(path))  # one writing process per directory
     storage.remove_abandoned(storage.parent(path))
+    write = functools.partial(_write_npz, path=path, selector=selector, fetches=fetches, checksum=checksum)
+    if blocking:
+        queues = queues_for(graph, fetches, build=False)
+        if queues is not None:
+            queues.settle()
+        return write(sess)
+    queues = queues_for(graph, fetches)
+    if queues is None:
+        raise RestoreOpsMissingError(
+            "the graph is finalized and has no snapshot ops for a save with blocking=False of this selection; "
+            "call ss.portable.prepare_npz(sel, graph) before graph.finalize()")
+    taken = snapshot(queues, sess, (), if_busy)
+    if taken is None:
+        return PendingSave(skipped=True)
+    pending = PendingSave(path)
+    pending.blocked_secs = taken[1]
+    runs = [run[0] for run in fetches.runs]
+    nbytes = sum(run[2] for run in fetches.runs)
+    return queues.launch(sess, pending, lambda take: write(SnapshotSession(graph, runs, take)), nbytes)
+
+
+def _write_npz(sess, *, path, selector, fetches, checksum) -> str:
     _, arrays = fetches.stream(
         sess, prepare=lambda name, array: npz.prepare(name, array, checksum), prepare_rows=npz.prepare_rows)
     npz.write(path, arrays, selector=repr(selector), metadata={"source": "graph"}, array_info=fetches.array_info,

@@ -198,12 +198,16 @@ def test_a_graph_of_variables_without_flags_names_them_too(tmp_path):
 def test_a_plan_adds_two_ops_to_what_its_saver_adds(resource):
     built, twin = graphs.mnist_cnn(resource=resource), graphs.mnist_cnn(resource=resource)
     before = len(built.graph.get_operations())
-    plan(SEED_SELECTOR, built.graph)
+    the_plan = plan(SEED_SELECTOR, built.graph)
     before_twin = len(twin.graph.get_operations())
     with twin.graph.as_default():
         v1.train.Saver(SEED_SELECTOR.resolve(twin.graph))
     added, saver_added = len(built.graph.get_operations()) - before, len(twin.graph.get_operations()) - before_twin
-    assert added - saver_added == 2  # initialize_rest, initialize_all
+    snapshot = [op for op in built.graph.get_operations() if op.name.startswith("subsetsaver_snapshot/")]
+    assert added - saver_added - len(snapshot) == 2  # initialize_rest, initialize_all
+    # saves with blocking=False: a queue, its put and its take for the one run of 32 MB, one op putting
+    # every run, and a copy of each reference variable (its reads share the buffer training changes)
+    assert len(snapshot) == 3 + 1 + (0 if resource else len(the_plan.saved))
 
 
 # -- the audit at build -------------------------------------------------------------------

@@ -45,6 +45,7 @@ PASS_OPS = frozenset(
         "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch", "Merge", "RefMerge",
         "NextIteration", "RefNextIteration", "RefIdentity",
         "StopGradient", "PreventGradient", "Print", "CheckNumerics", "EnsureShape", "PlaceholderWithDefault",
+        "DeepCopy",
     }
 )
 _WRITE = re.compile(r"^(Resource)?(Scatter\w*|StridedSliceAssign|CountUpTo)$")
@@ -55,6 +56,8 @@ INERT_OPS = frozenset(
         "VarIsInitializedOp", "IsVariableInitialized", "DestroyResourceOp", "Assert", "NoOp",
         # cond_v2 hands intermediates to its gradient wrapped in optionals; that is not a use
         "OptionalFromValue",
+        # a snapshot for a background save (planning/background.py) is queued, not computed with
+        "QueueEnqueueV2",
     }
 )
 _SUMMARY = re.compile(r"Summary")

@@ -6,6 +6,7 @@ backend (``backends``: ``tf_backend`` writes TensorFlow checkpoints through a st
 Saver, ``staging``; ``npz_backend`` writes portable files through ``npz_ops`` and
 ``npz_layout``). Every op that puts checkpoint values into variables is built in
 ``restore_ops``. Every difference between a plan and a checkpoint is a ``reports.Problem``.
+``background`` writes saves with ``blocking=False`` from a snapshot queued in the graph;
 ``averages`` restores moving-average shadows for evaluation; ``scaffold`` runs a plan
 inside ``MonitoredTrainingSession``; ``preview`` is a plan's dry run without TensorFlow
 (names, sizes, the check against a checkpoint) for a ``.meta`` file.
@@ -22,6 +23,7 @@ Example::
 
 from .averages import AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
 from .backends import BACKENDS, Backend, backend_class
+from .background import PendingSave
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
 from .planner import ON_MISMATCH, Plan, plan
 from .preview import PlanPreview, plan_preview
@@ -44,6 +46,7 @@ __all__ = [
     "Backend",
     "CheckReport",
     "NpzBackend",
+    "PendingSave",
     "Plan",
     "PlanPreview",
     "Problem",

@@ -48,6 +48,7 @@ from . import scaffold as scaffold_module
 from . import sizes as sizes_module
 from .averages import AverageRestorer
 from .backends import backend_class
+from .background import BackgroundSaves
 from .remap import checkpoint_names, nearest_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
 from .row_rules import RowRules, split_remap
@@ -149,6 +150,7 @@ class Plan:
                                  **{name: name for name in fanned}}
         variables = {self.checkpoint_names[name]: self._parts[name] for name in self.saved_names}
         self.backend = backend(self.graph, variables, partial_restore=on_mismatch == "initialize", **saver_kwargs)
+        self._background = BackgroundSaves(self.graph, self.backend, variables)  # its snapshot ops, now
         with self.graph.as_default(), tf.compat.v1.name_scope("subsetsaver"):
             self.init_op = tf.compat.v1.variables_initializer(self.rest, name="initialize_rest")
             self._initialize_all = tf.group(self.init_op, *(v.initializer for v in self.saved), name="initialize_all")
@@ -344,10 +346,18 @@ class Plan:
         initialized = tuple(n for n in self.catalog.ordered_names if n in bad or n not in self.checkpoint_names)
         return RestoreReport(prefix, restored, initialized, mismatched)
 
-    def save(self, sess, save_path, global_step=None, **options) -> str:
+    def save(self, sess, save_path, global_step=None, *, blocking=True, if_busy="wait", **options):
         """Write the checkpoint (and ``PREFIX.subset.json`` beside it); returns the prefix.
 
-        ``options`` go to ``Saver.save`` (``write_meta_graph``, ``latest_filename``, ...).
+        ``options`` go to ``Saver.save`` (``write_meta_graph``, ``latest_filename``, ...). A save
+        first waits for a background save in flight and raises its error, if it failed.
+        ``blocking=False``: queue a snapshot of the saved set in one ``session.run`` and write it in a
+        background thread; returns a :class:`~subsetsaver.planning.background.PendingSave` (its
+        ``wait()`` returns the prefix once durable and named latest). ``if_busy``: 'wait' for the save
+        in flight, or 'skip' this one with a warning. See :mod:`subsetsaver.planning.background`.
+
+        >>> plan.save(sess, 'ckpt/model', global_step=step, blocking=False).wait()
+        'ckpt/model-100'
         """
         import tensorflow as tf
 
@@ -358,6 +368,40 @@ class Plan:
             raise CheckpointNotFoundError(
                 f"cannot save to '{save_path}': directory '{parent}' does not exist; create it first"
             )
+        nbytes, background = self.catalog.nbytes(self.saved_names), self._background
+        if not blocking:
+            finish = functools.partial(self._write, sess, save_path, options=options)
+            try:
+                return background.save(sess, save_path, global_step, if_busy=if_busy, options=options,
+                                       finish=finish, nbytes=nbytes)
+            except tf.errors.FailedPreconditionError as error:
+                uninitialized = self._uninitialized_error(sess)
+                if uninitialized is None:
+                    raise
+                raise uninitialized from error
+        return background.timed(lambda: self._write(sess, save_path, global_step, self.backend.save, options), nbytes)
+
+    def wait(self, timeout=None):
+        """Wait for the background save in flight (``save(blocking=False)``); returns its path, None if
+        there is none; raises its error if it failed and nobody saw it yet. ``close()`` is the same."""
+        return self._background.wait(timeout)
+
+    close = wait
+
+    def estimated_save_secs(self):
+        """Seconds the next save should take (the last save's rate times this plan's bytes); None before one."""
+        return self._background.estimate(self.catalog.nbytes(self.saved_names))
+
+    def _uninitialized_error(self, sess):
+        names = self._uninitialized_saved(sess)
+        return UninitializedVariablesError(
+            f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
+            f"{', '.join(names)}; run plan.restore_or_initialize(sess, None) first", names) if names else None
+
+    def _write(self, sess, save_path, global_step, write, options) -> str:
+        """A save with ``write(sess, save_path, global_step, **options)``, which writes the checkpoint."""
+        import tensorflow as tf
+
         # The manifests of the checkpoints this save may retire go first: a crash must not leave
         # a manifest beside a deleted checkpoint (a checkpoint without its manifest is harmless).
         retiring = self._retiring()
@@ -365,17 +409,13 @@ class Plan:
         for prefix in retiring:
             subset_manifest.remove_manifest(prefix)
         try:
-            prefix = self.backend.save(sess, save_path, global_step, **options)
+            prefix = write(sess, save_path, global_step, **options)
         except Exception as error:
             self._put_back_manifests(kept_manifests)
-            if isinstance(error, tf.errors.FailedPreconditionError):
-                names = self._uninitialized_saved(sess)
-                if names:
-                    raise UninitializedVariablesError(
-                        f"cannot save: {len(names)} variable{'s' if len(names) > 1 else ''} not initialized: "
-                        f"{', '.join(names)}; run plan.restore_or_initialize(sess, None) first",
-                        names,
-                    ) from error
+            uninitialized = self._uninitialized_error(sess) \
+                if isinstance(error, tf.errors.FailedPreconditionError) else None
+            if uninitialized is not None:
+                raise uninitialized from error
             if isinstance(error, SubsetSaverError) or not isinstance(error, (tf.errors.OpError, OSError)):
                 raise
             raise self._write_error(save_path, global_step, error) from error

@@ -4,7 +4,8 @@
 lives with the plan, in ``subsetsaver.planning.scaffold``, and is re-exported here);
 :func:`warm_start` restores a pretrained subset on a run's first start only;
 :class:`PlanSaverHook` saves a plan with any backend on a schedule;
-:class:`StaleStatsHook` warns once about batch-norm statistics that never move.
+:class:`StaleStatsHook` warns once about batch-norm statistics that never move;
+:class:`PreemptionHook` and :func:`preemptible` save at the current step on SIGTERM and stop.
 Moving-average weights for evaluation live in ``subsetsaver.planning.averages``
 (re-exported here as :class:`AverageRestorer`, :func:`average_restore_map`).
 
@@ -32,6 +33,7 @@ from ..planning.averages import (
 )
 from ..planning.scaffold import initialize_if_uninitialized, scaffold
 from .hooks import PlanSaverHook, StaleStatsHook
+from .preemption import Preemptible, PreemptionHook, preemptible
 from .warm_start import WarmStart, warm_start
 
 __all__ = [
@@ -40,10 +42,13 @@ __all__ = [
     "AverageRestorer",
     "NoSaverError",
     "PlanSaverHook",
+    "Preemptible",
+    "PreemptionHook",
     "StaleStatsHook",
     "WarmStart",
     "average_restore_map",
     "initialize_if_uninitialized",
+    "preemptible",
     "scaffold",
     "shadow_names",
     "warm_start",
