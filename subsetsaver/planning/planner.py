@@ -481,27 +481,7 @@ class Plan:
                      "  (restored from the checkpoint)")
         lines.append(f"  initialized  {len(self.rest_names):>6} variables  {format_bytes(sizes.rest_bytes):>10}"
                      "  (never restored)")
-        lines.append("")
-        rows = [("scope", "saved", "saved size", "initialized", "initialized size")]
-        for s in sizes.per_scope:
-            rows.append((s.scope, str(s.saved_variables), format_bytes(s.saved_bytes), str(s.rest_variables),
-                         format_bytes(s.rest_bytes)))
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
-        for position, row in enumerate(rows):
-            cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]
-            lines.append("  " + "  ".join(cells).rstrip())
-            if position == 0:
-                lines.append("  " + "  ".join("-" * w for w in widths))
-        lines.append("")
-        exactness = "exact" if sizes.exact else "at least: string values vary"
-        lines.append(f"  checkpoint files: .data {sizes.data_bytes:,} bytes ({exactness}, "
-                     f"{sizes.data_files} file{'s' if sizes.data_files > 1 else ''}), "
-                     f".index ~{sizes.index_bytes:,} bytes")
-        lines.append(
-            f"a full Saver would write {format_bytes(sizes.full_checkpoint_bytes)} (.data and .index); this plan "
-            f"writes {format_bytes(sizes.checkpoint_bytes)}: "
-            f"{sizes_module.smaller_text(sizes.full_checkpoint_bytes, sizes.checkpoint_bytes)}"
-        )
+        lines += sizes_module.table_lines(sizes)
         return "\n".join(lines)
 
     def __repr__(self):

@@ -25,6 +25,7 @@ import dataclasses
 import math
 
 from ..formats.tf_bundle import dtypes as bundle_dtypes
+from ..selectors import format_bytes
 
 _BLOCK_SIZE = 256 * 1024         # table::Options::block_size
 _RESTART_INTERVAL = 16           # table::Options::block_restart_interval
@@ -352,3 +353,30 @@ def _short_successor(key: bytes) -> bytes:
         if byte != 0xFF:
             return key[:position] + bytes([byte + 1])
     return key
+
+
+def table_lines(sizes) -> list:
+    """The lines of a plan's summary below its counts: bytes per scope, the checkpoint's files, and how
+    much smaller they are than a full Saver's."""
+    lines = [""]
+    rows = [("scope", "saved", "saved size", "initialized", "initialized size")]
+    for s in sizes.per_scope:
+        rows.append((s.scope, str(s.saved_variables), format_bytes(s.saved_bytes), str(s.rest_variables),
+                     format_bytes(s.rest_bytes)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for position, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]
+        lines.append("  " + "  ".join(cells).rstrip())
+        if position == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    lines.append("")
+    exactness = "exact" if sizes.exact else "at least: string values vary"
+    lines.append(f"  checkpoint files: .data {sizes.data_bytes:,} bytes ({exactness}, "
+                 f"{sizes.data_files} file{'s' if sizes.data_files > 1 else ''}), "
+                 f".index ~{sizes.index_bytes:,} bytes")
+    lines.append(
+        f"a full Saver would write {format_bytes(sizes.full_checkpoint_bytes)} (.data and .index); this plan "
+        f"writes {format_bytes(sizes.checkpoint_bytes)}: "
+        f"{smaller_text(sizes.full_checkpoint_bytes, sizes.checkpoint_bytes)}"
+    )
+    return lines
