@@ -229,3 +229,16 @@ def _locate(error, message, pattern, position):
     if position is not None:
         error.lineno = pattern.count("\n", 0, position) + 1
         error.colno = position - pattern.rfind("\n", 0, position)
+
+
+class RemoteStorageError(SubsetSaverError, OSError):
+    """An object store (Cloud Storage, S3, ...) refused or failed a request, or its client library is missing.
+
+    ``url`` names the object or directory, ``fix`` says what to do (for credentials: the settings the
+    client library reads). The message is ``"<cause>: <fix>"``.
+    """
+
+    def __init__(self, message, url="", fix=""):
+        self.url = url
+        self.fix = fix
+        super().__init__(f"{message}: {fix}" if fix else message, path=url or None)
