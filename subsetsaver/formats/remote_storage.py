@@ -149,11 +149,11 @@ class RemoteStorage:
         >>> with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
         ...     sink.write(index_bytes)
         """
-        with self._translated(path, "start writing"):
+        with self._translated(path, "start writing", absent_is_error=True):
             sink = _UploadSink(self.filesystem, path)
         try:
             yield sink
-            with self._translated(path, "finish writing"):
+            with self._translated(path, "finish writing", absent_is_error=True):
                 sink.finish()
         except BaseException:
             sink.discard()
@@ -275,11 +275,17 @@ class RemoteStorage:
                 "checkpoint again")
 
     @contextlib.contextmanager
-    def _translated(self, url, action):
-        """Errors of fsspec and the client libraries as RemoteStorageError; FileNotFoundError stays itself."""
+    def _translated(self, url, action, absent_is_error=False):
+        """Errors of fsspec and the client libraries as RemoteStorageError; FileNotFoundError stays itself
+        unless ``absent_is_error`` (a write's: the bucket is missing)."""
         try:
             yield
-        except (FileNotFoundError, FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
+        except FileNotFoundError as error:
+            if not absent_is_error:
+                raise
+            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
+                                     "check the bucket's name, or create the bucket first") from error
+        except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
             raise
         except ImportError as error:
             extra = EXTRAS.get(self.protocol)
