@@ -70,6 +70,30 @@ _CREDENTIAL_SIGNS = ("credential", "forbidden", "accessdenied", "access denied",
                      "signaturedoesnotmatch", "unauthorized", "401", "403", "expiredtoken", "invalid_grant")
 
 
+_backends = {}
+_backends_lock = threading.Lock()
+
+
+def serves(protocol) -> bool:
+    """Whether URLs of ``protocol`` go through fsspec: Cloud Storage and S3 always (a missing client library
+    is then a clear error), any other protocol fsspec knows when fsspec is installed."""
+    if protocol in EXTRAS:
+        return True
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:
+        return False
+    return protocol in known_implementations or protocol in registry
+
+
+def backend_for(protocol) -> RemoteStorage:
+    """The one ``RemoteStorage`` of ``protocol`` in this process."""
+    with _backends_lock:
+        if protocol not in _backends:
+            _backends[protocol] = RemoteStorage(protocol)
+        return _backends[protocol]
+
+
 class RemoteStorage:
     """The file layer's backend for one fsspec protocol; paths are full URLs (``s3://bucket/dir/name``)."""
 
@@ -159,6 +183,30 @@ class RemoteStorage:
             sink.discard()
             raise
 
+    def open_reader(self, path):
+        """A reader of ``path`` for ranged reads (``.size``, ``.read``, ``.read_into``, ``.read_ranges``);
+        FileNotFoundError when there is no such object."""
+        return RemoteReader(self, path)
+
+    def rename(self, source, target) -> None:
+        raise OSError(f"object stores cannot rename '{source}' to '{target}': write '{target}' itself, the "
+                      "commit object last")
+
+    def make_directories(self, directory) -> list:
+        return []  # object stores have no directories: a name with slashes is enough
+
+    def remove_directory(self, directory) -> None:
+        pass
+
+    def sync_directory(self, directory) -> None:
+        pass  # an object is durable once its upload is finalized
+
+    def remove_abandoned(self, directory) -> list:
+        return []  # an upload that never finished never became an object
+
+    def identity(self, path):
+        return None
+
     def remove(self, path) -> None:
         """Delete the object; nothing to do when it is absent."""
         try:
@@ -219,6 +267,13 @@ class RemoteStorage:
             return json.loads(self.read_bytes(lock_url, 4096))
         except (FileNotFoundError, ValueError, SubsetSaverError):
             return {}
+
+    def fill(self, path, offset, buffer):
+        """Fill ``buffer`` (contiguous, writable) with the bytes of ``path`` from ``offset``, in parallel parts."""
+        block = Block(offset, memoryview(buffer).nbytes, into=buffer)
+        for _ in self._stream(path, [block]):
+            pass
+        return buffer
 
     def _stream(self, path, blocks):
         filesystem = self.filesystem
@@ -308,10 +363,10 @@ class RemoteStorage:
 class Block:
     """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range."""
 
-    def __init__(self, offset, length):
+    def __init__(self, offset, length, into=None):
         self.start, self.end = offset, offset + length
         self.members = [(offset, length)]
-        self.buffer = None
+        self.buffer = None if into is None else np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8)
         self.missing = 0
 
     @property
@@ -359,6 +414,40 @@ def merge_ranges(ranges) -> list:
                 continue
         blocks.append(Block(offset, length))
     return blocks
+
+
+class RemoteReader:
+    """An object read in ranges; ``size`` is asked once, when it is opened.
+
+    >>> with RemoteStorage("s3").open_reader("s3://bucket/run/model.data-00000-of-00001") as data:
+    ...     data.size, data.read(0, 4)
+    (2097164, b'\\x00\\x00\\xc0?')
+    """
+
+    def __init__(self, storage, path):
+        self.storage, self.path = storage, path
+        self.size = storage.size(path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def read(self, offset, count) -> bytes:
+        """``count`` bytes from ``offset``; CorruptCheckpointError if the object ends first."""
+        return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
+
+    def read_into(self, offset, buffer):
+        """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
+        return self.storage.fill(self.path, offset, buffer)
+
+    def read_ranges(self, ranges):
+        """The bytes of each ``(offset, length)``, in order, merged and in flight together (``RemoteStorage.read_ranges``)."""
+        return self.storage.read_ranges(self.path, ranges)
+
+    def close(self):
+        pass
 
 
 class _UploadSink:
