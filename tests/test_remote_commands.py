@@ -5,16 +5,21 @@ with fsspec as a user would; what the commands write is downloaded and restored 
 """
 
 import os
+import subprocess
+import sys
 
 import fsspec
 import graphs
+import numpy as np
 import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file
 
+import subsetsaver as ss
 from subsetsaver.formats import tf_bundle
 
 v1 = tf.compat.v1
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = dict(channels=(4, 8), fc_units=256, input_hw=56)  # fc/w is 1.5 MB, so bodies outweigh HTTP headers
 
 
@@ -135,3 +140,49 @@ def test_an_existing_checkpoint_in_a_bucket_needs_force(object_store, adam_check
     assert replaced.returncode == 0, replaced.stderr
     with tf_bundle.BundleReader(output) as written:
         assert sorted(written.names) == [name for name in trainable if not name.startswith("fc/")]
+
+
+RESTORE_IN_A_NEW_PROCESS = """
+import sys
+import numpy as np
+import tensorflow as tf
+import graphs
+import numpy as np
+import subsetsaver as ss
+
+built = graphs.mnist_cnn(**{sizes})
+with built.graph.as_default():
+    variables = tf.compat.v1.global_variables()
+with tf.compat.v1.Session(graph=built.graph) as sess:
+    report = ss.restore_npz(sess, {url!r})
+    values = dict(zip([v.op.name for v in variables], sess.run(variables)))
+np.savez({out!r}, **{{name.replace("/", "|"): value for name, value in values.items()}})
+print(len(report.restored))
+"""
+
+
+def test_save_npz_to_a_bucket_restores_bit_exact_in_a_new_process(server_store, tmp_path):
+    built = graphs.mnist_cnn(**SIZES)
+    with built.graph.as_default():
+        init = v1.global_variables_initializer()
+        variables = v1.global_variables()
+    url = server_store.url("portable/model-2.npz")
+    with v1.Session(graph=built.graph) as sess:
+        sess.run(init)
+        for step in range(2):
+            sess.run(built.tensors["train_op"], graphs.random_feed(built, seed=step))
+        ss.save_npz(sess, url)
+        saved = dict(zip([v.op.name for v in variables], sess.run(variables)))
+    assert any("/Adam" in name for name in saved)
+
+    code = RESTORE_IN_A_NEW_PROCESS.format(sizes=SIZES, url=url, out=str(tmp_path / "restored.npz"))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([REPOSITORY, os.path.join(REPOSITORY, "tests")]))
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=600)
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) == len(saved)
+    with np.load(tmp_path / "restored.npz", allow_pickle=False) as restored:
+        got = {name.replace("|", "/"): restored[name] for name in restored.files}
+    assert sorted(got) == sorted(saved)
+    for name, value in saved.items():
+        assert got[name].tobytes() == value.tobytes(), name
