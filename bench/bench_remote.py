@@ -10,7 +10,8 @@ configured through the environment only, as a user runs it. Lines, for each stor
 - ``convert --keep trainable()`` to ``.safetensors``: bytes on the socket over the selected bytes,
   and the process's peak RSS above its RSS before the command, over the largest tensor;
 - a full ``convert`` to a local ``.npz`` against an fsspec ``get`` of the same objects to local
-  disk (no relay; the median of ``RUNS`` alternating runs): the throughput ratio.
+  disk (no relay; the median of ``RUNS`` alternating runs): the throughput ratio; and reading
+  every tensor (verified, written nowhere) against the same ``get``.
 
 Run: ``python bench/bench_remote.py``; quick: ``SUBSETSAVER_BENCH_WIDTH=1000 python bench/bench_remote.py``.
 """
@@ -55,20 +56,36 @@ with v1.Session() as sess:
 """
 
 RUN_COMMAND = """
-import json, os, resource, sys, time
+import json, os, sys, time
 import subsetsaver.cli
 if os.environ.get("BENCH_CONNECT"):  # connected before the clock starts, as the get below is
     import fsspec
     fsspec.filesystem(os.environ["BENCH_CONNECT"], use_listings_cache=False).exists(os.environ["BENCH_BUCKET"])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def status(field):  # this process's own memory (ru_maxrss would count the parent's: it survives exec)
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(field + ":"))
+
+
+before = status("VmRSS")
 start = time.perf_counter()
 try:
     subsetsaver.cli.main(sys.argv[1:])
 except SystemExit as stop:
     code = stop.code
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"code": code, "seconds": seconds, "before": before, "peak": peak}), file=sys.stderr)
+print(json.dumps({"code": code, "seconds": seconds, "before": before, "peak": status("VmHWM")}), file=sys.stderr)
+"""
+
+READ_ALL = """
+import os, sys, time, fsspec
+from subsetsaver.catalog import file_catalog, read_tensors
+fsspec.filesystem(sys.argv[1], use_listings_cache=False).exists(sys.argv[2])  # connected, as the get is
+start = time.perf_counter()
+names = file_catalog(sys.argv[2]).all_names
+total = sum(value.nbytes for _, value in read_tensors(sys.argv[2], names))
+print(time.perf_counter() - start, total)
 """
 
 GET = """
@@ -160,8 +177,9 @@ def measure(relayed, direct, local, prefix, index_bytes, selected, largest, work
     place = upload(direct, local)
     remote = place.url(os.path.basename(prefix))
     urls = [place.url(name) for name in sorted(os.listdir(local))]
-    ours, theirs = [], []
+    ours, reads, theirs = [], [], []
     for _ in range(RUNS):
+        reads.append(float(run(READ_ALL, [protocol, remote], direct.environ).stdout.split()[0]))
         out = os.path.join(work, "full.npz")
         connected = dict(direct.environ, BENCH_CONNECT=protocol, BENCH_BUCKET=f"{protocol}://{object_servers.BUCKET}")
         ours.append(command(["convert", remote, out, "--force"], connected)["seconds"])
@@ -172,6 +190,9 @@ def measure(relayed, direct, local, prefix, index_bytes, selected, largest, work
     mine, get = statistics.median(ours), statistics.median(theirs)
     print(f"{protocol}: full convert to .npz {mine:.2f} s (runs {', '.join(f'{s:.2f}' for s in ours)}), fsspec get "
           f"{get:.2f} s (runs {', '.join(f'{s:.2f}' for s in theirs)}): throughput {get / mine:.2f}x the get's")
+    read = statistics.median(reads)
+    print(f"{protocol}: reading every tensor (verified, nothing written) {read:.2f} s (runs "
+          f"{', '.join(f'{s:.2f}' for s in reads)}): throughput {get / read:.2f}x the get's")
 
 
 if __name__ == "__main__":
