@@ -61,8 +61,12 @@ def test_ranges_come_back_in_the_order_given(object_store):
               (50, 100), (len(data), 0)]
 
     got = [bytes(view) for view in storage.read_ranges(url, ranges)]
+    buffers = [np.full(length, 7, dtype=np.uint8) for _, length in ranges]
+    handed = list(storage.read_ranges(url, ranges, into=buffers))  # long ranges land in their buffers directly
 
     assert got == [data[offset:offset + length] for offset, length in ranges]
+    assert [buffer.tobytes() for buffer in buffers] == got
+    assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
 
 
 def test_neighbouring_ranges_are_merged_and_long_ones_split():

@@ -153,18 +153,24 @@ class RemoteStorage:
                 return b""
             raise
 
-    def read_ranges(self, path, ranges):
+    def read_ranges(self, path, ranges, into=None):
         """Yield the bytes of each ``(offset, length)`` of ``path``, in the order given, as they arrive.
 
         Ranges that follow each other closely are fetched in one request, long ones in parts, with
-        several requests in flight. Each item is a read-only memoryview, valid as long as it is held.
-        CorruptCheckpointError when the object ends before a range does.
+        several requests in flight. Each item is a read-only memoryview, valid as long as it is held;
+        with ``into`` (one writable buffer of each range's length), the buffer, filled: a long range
+        then lands there directly, with no copy held beside it. CorruptCheckpointError when the
+        object ends before a range does.
         """
         ranges = [(int(offset), int(length)) for offset, length in ranges]
         for offset, length in ranges:
             if offset < 0 or length < 0:
                 raise ValueError(f"a byte range of '{path}' has a negative offset or length: {(offset, length)}")
-        return self._stream(path, merge_ranges(ranges))
+        if into is not None:
+            into = [memoryview(buffer).cast("B") for buffer in into]
+            if [len(view) for view in into] != [length for _, length in ranges]:
+                raise ValueError(f"read_ranges of '{path}' needs one buffer of each range's length in into=")
+        return self._stream(path, merge_ranges(ranges, into))
 
     @contextlib.contextmanager
     def replacing(self, path):
@@ -270,7 +276,7 @@ class RemoteStorage:
 
     def fill(self, path, offset, buffer):
         """Fill ``buffer`` (contiguous, writable) with the bytes of ``path`` from ``offset``, in parallel parts."""
-        block = Block(offset, memoryview(buffer).nbytes, into=buffer)
+        block = Block(offset, memoryview(buffer).nbytes, into=buffer, target=memoryview(buffer).cast("B"))
         for _ in self._stream(path, [block]):
             pass
         return buffer
@@ -361,12 +367,14 @@ class RemoteStorage:
 
 
 class Block:
-    """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range."""
+    """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range
+    (or, for a range given a buffer, that buffer filled). ``into``: the buffer the whole block lands in."""
 
-    def __init__(self, offset, length, into=None):
+    def __init__(self, offset, length, into=None, target=None):
         self.start, self.end = offset, offset + length
-        self.members = [(offset, length)]
-        self.buffer = None if into is None else np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8)
+        self.members = [(offset, length, target)]
+        self.direct = into is not None
+        self.buffer = np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8) if self.direct else None
         self.missing = 0
 
     @property
@@ -384,35 +392,46 @@ class Block:
         self.missing -= len(data)
 
     def views(self):
-        if self.length == 0:
-            return [memoryview(b"")] * len(self.members)
-        whole = memoryview(self.buffer).cast("B").toreadonly()
-        return [whole[offset - self.start:offset - self.start + length] for offset, length in self.members]
+        whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")
+        handed = []
+        for offset, length, target in self.members:
+            piece = whole[offset - self.start:offset - self.start + length]
+            if target is not None and not self.direct:
+                target[:] = piece
+            handed.append(piece if target is None else target)
+        return handed
 
     def release(self):
+        """Let go of the bytes and the callers' buffers, once handed out."""
         self.buffer = None
+        self.members = [(offset, length, None) for offset, length, _ in self.members]
 
 
-def merge_ranges(ranges) -> list:
+def merge_ranges(ranges, into=None) -> list:
     """Blocks of the ``(offset, length)`` ranges, in order: a range joins the previous block when it
     starts at or after that block's end, little is skipped to reach it, and the block stays within a part.
+    With ``into`` (a buffer per range), a range of ``MERGE_GAP`` or more is its own block, fetched into its buffer.
 
     >>> [(block.start, block.end) for block in merge_ranges([(0, 10), (12, 4), (5000000, 8)])]
     [(0, 16), (5000000, 5000008)]
     """
     blocks = []
-    for offset, length in ranges:
+    for number, (offset, length) in enumerate(ranges):
+        target = None if into is None else into[number]
+        if target is not None and length >= MERGE_GAP:
+            blocks.append(Block(offset, length, into=target, target=target))
+            continue
         block = blocks[-1] if blocks else None
-        if block is not None and length and block.length:
+        if block is not None and length and block.length and not block.direct:
             gap = offset - block.end
-            asked = sum(member_length for _, member_length in block.members) + length
+            asked = sum(member[1] for member in block.members) + length
             skipped = block.length - (asked - length) + gap
             if (0 <= gap <= MERGE_GAP and offset + length - block.start <= PART_BYTES
                     and skipped <= WASTE_ALLOWANCE + asked // 32):
-                block.members.append((offset, length))
+                block.members.append((offset, length, target))
                 block.end = offset + length
                 continue
-        blocks.append(Block(offset, length))
+        blocks.append(Block(offset, length, target=target))
     return blocks
 
 
@@ -442,9 +461,9 @@ class RemoteReader:
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
         return self.storage.fill(self.path, offset, buffer)
 
-    def read_ranges(self, ranges):
+    def read_ranges(self, ranges, into=None):
         """The bytes of each ``(offset, length)``, in order, merged and in flight together (``RemoteStorage.read_ranges``)."""
-        return self.storage.read_ranges(self.path, ranges)
+        return self.storage.read_ranges(self.path, ranges, into)
 
     def close(self):
         pass

@@ -146,9 +146,9 @@ class BundleReader:
                 continue
             values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
             ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
-            fetched = self._data_file(run[0][1]).read_ranges(ranges)
-            for (name, stored), value, raw in zip(run, values, fetched):
-                value.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
+            fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
+            for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
+                value, values[number] = values[number], None  # held by the caller only, once handed out
                 yield name, self._checked(stored, value)
             at += len(run)
 
