@@ -41,6 +41,7 @@ import threading
 import numpy as np
 
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
+from .local_files import RangeReader
 
 MERGE_GAP = 1 << 20
 """Most bytes between two ranges that one request may read through instead of making two requests."""
@@ -212,6 +213,12 @@ class RemoteStorage:
 
     def identity(self, path):
         return None
+
+    def modified(self, path) -> int:
+        """When the object was last written, in nanoseconds since the epoch; FileNotFoundError when absent."""
+        with self._translated(path, "look for"):
+            when = self.filesystem.modified(path)
+        return int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else int(when)
 
     def remove(self, path) -> None:
         """Delete the object; nothing to do when it is absent."""
@@ -435,7 +442,7 @@ def merge_ranges(ranges, into=None) -> list:
     return blocks
 
 
-class RemoteReader:
+class RemoteReader(RangeReader):
     """An object read in ranges; ``size`` is asked once, when it is opened.
 
     >>> with RemoteStorage("s3").open_reader("s3://bucket/run/model.data-00000-of-00001") as data:
@@ -446,16 +453,6 @@ class RemoteReader:
     def __init__(self, storage, path):
         self.storage, self.path = storage, path
         self.size = storage.size(path)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return False
-
-    def read(self, offset, count) -> bytes:
-        """``count`` bytes from ``offset``; CorruptCheckpointError if the object ends first."""
-        return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
 
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
