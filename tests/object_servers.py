@@ -16,7 +16,6 @@ Example::
 import atexit
 import os
 import pathlib
-import select
 import socket
 import subprocess
 import sys
@@ -70,31 +69,32 @@ class CountingRelay:
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            # one thread each way: a server that answers before it has read the whole request cannot stall it
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
 
-    def _pump(self, client, server):
-        sockets = [client, server]
+    def _pump(self, source, target, upstream):
         try:
             while True:
-                readable, _, _ = select.select(sockets, [], [], 60)
-                if not readable:
-                    return
-                for source in readable:
-                    data = source.recv(1 << 20)
-                    if not data:
-                        return
-                    (server if source is client else client).sendall(data)
-                    with self._lock:
-                        if source is client:
-                            self.sent += len(data)
-                            self.requests += data.count(b" HTTP/1.1\r\n")
-                        else:
-                            self.received += len(data)
+                data = source.recv(1 << 20)
+                if not data:
+                    break
+                target.sendall(data)
+                with self._lock:
+                    if upstream:
+                        self.sent += len(data)
+                        self.requests += data.count(b" HTTP/1.1\r\n")
+                    else:
+                        self.received += len(data)
         except OSError:
-            return
+            pass
         finally:
-            client.close()
-            server.close()
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                end.close()
 
 
 class ObjectServer:
