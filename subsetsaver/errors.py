@@ -265,3 +265,16 @@ class LayoutMapError(SubsetSaverError, ValueError):
         self.rule = rule
         self.fix = fix
         super().__init__(f"{message}; {fix}" if fix else message)
+
+
+class RemoteStorageError(SubsetSaverError, OSError):
+    """An object store (Cloud Storage, S3, ...) refused or failed a request, or its client library is missing.
+
+    ``url`` names the object or directory, ``fix`` says what to do (for credentials: the settings the
+    client library reads). The message is ``"<cause>: <fix>"``.
+    """
+
+    def __init__(self, message, url="", fix=""):
+        self.url = url
+        self.fix = fix
+        super().__init__(f"{message}: {fix}" if fix else message, path=url or None)

@@ -23,3 +23,6 @@ def run_cli(capsys):
         return subprocess.CompletedProcess(args, stop.value.code, captured.out, captured.err)
 
     return run
+
+
+from object_servers import object_store, server_store  # noqa: E402,F401 - gs:// and s3:// servers for tests

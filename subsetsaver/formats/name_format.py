@@ -118,8 +118,7 @@ class NameBasedFormat(BundleFormat):
 
     def read(self, path, names):
         with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
-            for name in names:
-                yield name, reader.read(name)
+            yield from reader.read_many(names)  # from a bucket: several tensors in flight
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         num_shards = tf_bundle.shard_count_for(final)

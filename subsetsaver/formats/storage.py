@@ -28,6 +28,7 @@ import posixpath
 
 from .gfile_files import GFILE
 from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
+from .remote_storage import backend_for, serves
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
@@ -50,7 +51,10 @@ def is_local(path) -> bool:
 
 def backend(path):
     """The backend that serves ``path``."""
-    return LOCAL if scheme(path) == "" else GFILE
+    protocol = scheme(path)
+    if protocol == "":
+        return LOCAL
+    return backend_for(protocol) if serves(protocol) else GFILE
 
 
 def join(directory, name) -> str:

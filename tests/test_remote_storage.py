@@ -1,0 +1,301 @@
+"""formats/remote_storage.py against memory://, fake-gcs-server (gs://) and moto's S3 server (s3://)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import object_servers
+import pytest
+
+from subsetsaver.errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError
+from subsetsaver.formats.remote_storage import CREDENTIALS, LOCK_NAME, PART_BYTES, RemoteStorage, merge_ranges
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MiB = 1 << 20
+
+
+def pattern(size, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+def storage_for(place):
+    return RemoteStorage(place.protocol)
+
+
+def write(storage, url, data, chunk=3 * MiB):
+    with storage.replacing(url) as sink:
+        for start in range(0, len(data), chunk):
+            sink.write(memoryview(data)[start:start + chunk])
+
+
+def test_a_written_object_reads_back_exactly(object_store):
+    storage = storage_for(object_store)
+    data = pattern(20 * MiB + 7)
+    url = object_store.url("model.data-00000-of-00001")
+    with storage.replacing(url) as sink:
+        sink.write(data[:5])
+        sink.write(np.frombuffer(data, dtype=np.uint8)[5:MiB])  # numpy arrays are buffers too
+        sink.write(memoryview(data)[MiB:])
+    write(storage, object_store.url("model.index"), b"index")
+
+    assert storage.exists(url) and storage.size(url) == len(data)
+    assert storage.read_bytes(url) == data
+    assert storage.read_bytes(url, 10) == data[:10]
+    assert storage.read_bytes(object_store.url("model.index"), 4096) == b"index"
+    assert storage.is_directory(object_store.url()) and not storage.is_directory(url)
+    assert storage.list_directory(object_store.url()) == ["model.data-00000-of-00001", "model.index"]
+    assert storage.can_rename is False
+
+
+def test_ranges_come_back_in_the_order_given(object_store):
+    storage = storage_for(object_store)
+    data = pattern(3 * PART_BYTES + 123, seed=1)
+    url = object_store.url("blob")
+    write(storage, url, data)
+    ranges = [(0, 0), (100, 7), (107, 50), (5, 10), (PART_BYTES - 3, 2 * PART_BYTES + 9), (len(data) - 1, 1),
+              (50, 100), (len(data), 0)]
+
+    got = [bytes(view) for view in storage.read_ranges(url, ranges)]
+    buffers = [np.full(length, 7, dtype=np.uint8) for _, length in ranges]
+    handed = list(storage.read_ranges(url, ranges, into=buffers))  # long ranges land in their buffers directly
+
+    assert got == [data[offset:offset + length] for offset, length in ranges]
+    assert [buffer.tobytes() for buffer in buffers] == got
+    assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
+
+
+def test_neighbouring_ranges_are_merged_and_long_ones_split():
+    blocks = merge_ranges([(0, 10), (12, 4), (16, 0), (20, 5), (10 * MiB, 2 * PART_BYTES + 1), (0, 3)])
+
+    assert [(block.start, block.end, len(block.members)) for block in blocks] == [
+        (0, 16, 2), (16, 16, 1), (20, 25, 1), (10 * MiB, 10 * MiB + 2 * PART_BYTES + 1, 1), (0, 3, 1)]
+    assert [len(block.parts()) for block in blocks] == [1, 0, 1, 3, 1]
+    # a gap larger than its share of what is asked for is not read through
+    assert len(merge_ranges([(0, 1000), (1000 + 100 * 1024, 1000)])) == 2
+    assert len(merge_ranges([(0, MiB), (MiB + 60 * 1024, MiB)])) == 1
+
+
+def test_only_the_asked_bytes_cross_the_wire(server_store):
+    storage = storage_for(server_store)
+    data = pattern(48 * MiB, seed=2)
+    url = server_store.url("model.data-00000-of-00001")
+    write(storage, url, data)
+    small = [(offset, 4096) for offset in range(MiB, MiB + 64 * 4096, 4096 + 512)]  # merged: one request
+    ranges = small + [(20 * MiB, 3 * MiB), (36 * MiB, PART_BYTES + 5)]  # two parts for the last one
+    relay = server_store.relay
+    relay.reset()
+
+    got = [bytes(view) for view in storage.read_ranges(url, ranges)]
+
+    assert got == [data[offset:offset + length] for offset, length in ranges]
+    asked = sum(length for _, length in ranges)
+    assert relay.requests == 4
+    # what was skipped between the small ranges, plus HTTP headers
+    assert asked < relay.received <= asked + 63 * 512 + 4 * 2048, (relay.received, asked)
+
+
+def test_absent_objects_are_file_not_found(object_store):
+    storage = storage_for(object_store)
+    url = object_store.url("model.index")
+    write(storage, object_store.url("other"), b"x")
+
+    assert not storage.exists(url)
+    for read in (storage.size, storage.read_bytes, lambda path: list(storage.read_ranges(path, [(0, 4)]))):
+        with pytest.raises(FileNotFoundError):
+            read(url)
+    storage.remove(url)  # absent is fine
+
+
+def test_a_short_object_is_named_with_its_length(object_store):
+    storage = storage_for(object_store)
+    url = object_store.url("model.data-00000-of-00001")
+    write(storage, url, pattern(1000))
+
+    with pytest.raises(CorruptCheckpointError) as caught:
+        list(storage.read_ranges(url, [(0, 10), (900, 200)]))
+
+    assert str(caught.value) == (
+        f"'{url}' is 1000 bytes long but its index says bytes up to 1100 are in it: the object is short (an "
+        "upload that did not finish, or a data file of another checkpoint); write the checkpoint again")
+
+
+def test_an_upload_that_raises_never_appears(object_store):
+    storage = storage_for(object_store)
+    fresh, existing = object_store.url("fresh"), object_store.url("existing")
+    write(storage, existing, b"previous")
+
+    for url in (fresh, existing):
+        with pytest.raises(KeyError):
+            with storage.replacing(url) as sink:
+                sink.write(pattern(20 * MiB))  # more than one uploaded part
+                raise KeyError("stopped")
+
+    assert not storage.exists(fresh)
+    assert storage.read_bytes(existing) == b"previous"
+
+
+def test_remove_deletes_the_object(object_store):
+    storage = storage_for(object_store)
+    url = object_store.url("model.index")
+    write(storage, url, b"index")
+
+    storage.remove(url)
+
+    assert not storage.exists(url)
+
+
+def test_a_second_writer_is_refused_with_the_holder_named(object_store):
+    first, second = storage_for(object_store), storage_for(object_store)
+    first.hold_directory(object_store.url())
+    first.hold_directory(object_store.url() + "/")  # again in this process: nothing to do
+    lock_url = object_store.url(LOCK_NAME)
+    holder = json.loads(first.read_bytes(lock_url))
+
+    with pytest.raises(CheckpointWriteError) as caught:
+        second.hold_directory(object_store.url())
+
+    assert holder["pid"] == os.getpid()
+    assert str(caught.value) == (
+        f"another process (pid {os.getpid()} on {holder['host']}, since {holder['since']}) is saving checkpoints "
+        f"in '{object_store.url()}'; two writers in one directory replace each other's files: give each run its "
+        f"own directory, or stop the other process first (if it was killed, remove '{lock_url}')")
+    first.release_all()
+    second.hold_directory(object_store.url())
+    second.release_all()
+    assert not first.exists(lock_url)
+
+
+def test_the_lock_of_a_process_that_is_gone_is_taken_over(object_store):
+    storage = storage_for(object_store)
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+
+    stale = {"host": socket.gethostname(), "pid": int(finished.stdout), "since": "2026-01-01T00:00:00+00:00"}
+    write(storage, object_store.url(LOCK_NAME), json.dumps(stale).encode())
+
+    storage.hold_directory(object_store.url())
+
+    assert json.loads(storage.read_bytes(object_store.url(LOCK_NAME)))["pid"] == os.getpid()
+    storage.release_all()
+
+
+def run_python(code, environ=None, **kwargs):
+    environment = dict(os.environ, PYTHONPATH=REPOSITORY, **(environ or {}))
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=environment, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+def test_a_lock_is_released_when_its_process_exits(server_store):
+    holder = run_python(f"""
+        from subsetsaver.formats.remote_storage import RemoteStorage
+        RemoteStorage({server_store.protocol!r}).hold_directory({server_store.url()!r})
+        print("held")
+    """)
+    out, err = holder.communicate(timeout=120)
+    assert out == "held\n", err
+    storage = storage_for(server_store)
+
+    assert not storage.exists(server_store.url(LOCK_NAME))
+    storage.hold_directory(server_store.url())
+    storage.release_all()
+
+
+def test_a_killed_upload_never_leaves_a_partial_object(server_store):
+    """Kill the writer at random moments of a 16 MiB upload: the object is then absent, or whole."""
+    size = 16 * MiB
+    url = server_store.url("model.data-00000-of-00001")
+    storage = storage_for(server_store)
+    rng = random.Random(25)
+    outcomes = set()
+    for attempt in range(3):
+        writer = run_python(f"""
+            import sys, time
+            import numpy as np
+            from subsetsaver.formats.remote_storage import RemoteStorage
+            storage = RemoteStorage({server_store.protocol!r})
+            storage.exists({url!r})  # connected before the first write
+            print("ready", flush=True)
+            data = np.random.default_rng({attempt}).integers(0, 256, {size}, dtype=np.uint8).tobytes()
+            with storage.replacing({url!r}) as sink:
+                for start in range(0, len(data), 1 << 20):
+                    sink.write(data[start:start + (1 << 20)])
+                    time.sleep(0.05)
+            print("done", flush=True)
+        """)
+        assert writer.stdout.readline() == "ready\n", writer.stderr.read()
+        time.sleep(rng.uniform(0.0, 2.0))
+        writer.kill()
+        writer.communicate()
+        time.sleep(0.2)  # a request the killed process had sent may still be finishing
+        if storage.exists(url):
+            expected = np.random.default_rng(attempt).integers(0, 256, size, dtype=np.uint8).tobytes()
+            assert storage.read_bytes(url) == expected
+            outcomes.add("whole")
+            storage.remove(url)
+        else:
+            outcomes.add("absent")
+    assert "absent" in outcomes
+
+
+def test_bad_credentials_name_the_settings_the_client_reads(tmp_path):
+    """moto with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0) refuses keys it never issued."""
+    pytest.importorskip("s3fs")
+    port = object_servers.free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        try:
+            object_servers._wait_until_ready(server, f"http://127.0.0.1:{port}/moto-api/", "moto S3 server")
+        except RuntimeError as error:
+            pytest.skip(str(error))
+        client = run_python("""
+            from subsetsaver.formats.remote_storage import RemoteStorage
+            try:
+                RemoteStorage("s3").size("s3://private/model.index")
+            except Exception as error:
+                print(type(error).__name__, "|", error.url, "|", error.fix)
+        """, {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAUNKNOWN",
+              "AWS_SECRET_ACCESS_KEY": "wrong"})
+        out, err = client.communicate(timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    name, url, fix = out.strip().split(" | ")
+    assert (name, url) == ("RemoteStorageError", "s3://private/model.index"), err
+    assert fix == CREDENTIALS["s3"]
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in fix
+
+
+def test_a_missing_client_library_says_which_extra_to_install():
+    client = run_python("""
+        import sys
+        sys.modules["gcsfs"] = None  # as if `pip install subsetsaver[gcs]` had not been run
+        from subsetsaver.formats.remote_storage import RemoteStorage
+        try:
+            RemoteStorage("gs").exists("gs://bucket/model.index")
+        except Exception as error:
+            print(type(error).__name__, "|", error.url, "|", error.fix)
+    """)
+    out, err = client.communicate(timeout=120)
+
+    assert out.strip() == "RemoteStorageError | gs:// | install the client library: pip install 'subsetsaver[gcs]'", err
+
+
+def test_client_errors_become_remote_storage_errors_with_the_url(server_store):
+    storage = storage_for(server_store)
+    url = f"{server_store.protocol}://no-such-bucket-{os.getpid()}/model.index"
+
+    with pytest.raises(RemoteStorageError) as caught:
+        with storage.replacing(url) as sink:
+            sink.write(b"index")
+
+    assert caught.value.url == url and isinstance(caught.value, OSError)
+    assert str(caught.value).startswith(f"cannot finish writing '{url}': ")
+    assert str(caught.value).endswith(": check the bucket's name, or create the bucket first")
