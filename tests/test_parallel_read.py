@@ -104,7 +104,8 @@ def test_a_file_cut_short_after_it_was_opened_is_an_error_from_the_readers(tmp_p
         os.truncate(path, start + CHUNK + 10)  # the second chunk of the first large array is cut
         with pytest.raises(CorruptCheckpointError) as error:
             archive.load(None)
-    assert str(error.value) == f"'{path}' ended while reading it; it changed or was truncated"
+    assert str(error.value) == (f"'{path}' ended while reading it: it changed or was truncated since the checkpoint "
+                                "was opened; restore from an intact copy of the checkpoint")
 
 
 def test_reads_are_in_flight_side_by_side(small_chunks):

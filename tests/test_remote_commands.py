@@ -127,9 +127,6 @@ def test_slim_and_rewrite_from_bucket_to_bucket_restore_bit_exact_in_tensorflow(
 
 
 def test_an_existing_checkpoint_in_a_bucket_needs_force(object_store, adam_checkpoint, run_cli):
-    if object_store.protocol == "s3":
-        pytest.skip("open bug: since the one checkpoint writer, slim --force to s3:// on moto waits forever on a "
-                    "request (memory:// and gs:// pass)")
     prefix, values, trainable = adam_checkpoint
     remote = upload(object_store, prefix)
     output = object_store.url("serve/model")
