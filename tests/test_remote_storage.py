@@ -246,14 +246,11 @@ def test_bad_credentials_name_the_settings_the_client_reads(tmp_path):
     """moto with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0) refuses keys it never issued."""
     pytest.importorskip("s3fs")
     port = object_servers.free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        try:
-            object_servers._wait_until_ready(server, f"http://127.0.0.1:{port}/moto-api/", "moto S3 server")
-        except RuntimeError as error:
-            pytest.skip(str(error))
+        server = object_servers.start_moto_process(port, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    try:
         client = run_python("""
             from subsetsaver.formats.remote_storage import RemoteStorage
             try:
