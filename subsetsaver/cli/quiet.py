@@ -6,7 +6,8 @@ imported (oneDNN, CUDA, absl's "All log messages before absl::InitializeLog()"),
 :func:`quiet` points descriptor 2 at a scratch file and keeps Python's ``sys.stderr``
 on the real stream, so the command's own messages still reach the user; Python
 warnings print as ``warning: ...`` without source lines; TensorFlow's Python loggers
-print errors only. ``--verbose`` leaves everything as it is.
+print errors only, and so do the storage clients' (gcsfs, for one, warns on every
+bucket it cannot classify, then carries on). ``--verbose`` leaves everything as it is.
 
 Example::
 
@@ -22,7 +23,8 @@ import sys
 import tempfile
 import warnings
 
-_NOISY_LOGGERS = ("tensorflow", "absl", "h5py", "matplotlib")
+_NOISY_LOGGERS = ("tensorflow", "absl", "h5py", "matplotlib", "fsspec", "gcsfs", "s3fs", "aiobotocore", "botocore",
+                  "google")
 
 
 @contextlib.contextmanager
