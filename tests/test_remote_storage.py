@@ -13,6 +13,7 @@ import object_servers
 import pytest
 
 from subsetsaver.errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError
+from subsetsaver.formats import remote_storage
 from subsetsaver.formats.remote_storage import CREDENTIALS, LOCK_NAME, PART_BYTES, RemoteStorage, merge_ranges
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,6 +98,37 @@ def test_only_the_asked_bytes_cross_the_wire(server_store):
     assert relay.requests == 4
     # what was skipped between the small ranges, plus HTTP headers
     assert asked < relay.received <= asked + 63 * 512 + 4 * 2048, (relay.received, asked)
+
+
+def test_answers_about_an_object_are_reused_only_while_fresh(server_store, monkeypatch):
+    """Opening a checkpoint asks the same questions many times: asked again within METADATA_FRESH_SECONDS,
+    they cross no wire; this process's own writes are seen at once, another writer's once the time is up."""
+    monkeypatch.setattr(remote_storage, "METADATA_FRESH_SECONDS", 1.0)
+    storage = storage_for(server_store)
+    url = server_store.url("model.index")
+    write(storage, url, b"first")
+    def answers():
+        return storage.exists(url), storage.size(url), storage.read_bytes(url), storage.is_directory(url)
+
+    first = answers()
+    server_store.relay.reset()
+    again = [answers() for _ in range(4)]
+    asked_again = server_store.relay.requests
+
+    write(storage, url, b"second!")  # this process's own write
+    mine = (storage.size(url), storage.read_bytes(url))
+    other = RemoteStorage(server_store.protocol)  # another writer: answers this one remembers go stale
+    with other.replacing(url) as sink:
+        sink.write(b"third, longer")
+    stale = storage.size(url)
+    time.sleep(1.1)
+    fresh = (storage.size(url), storage.read_bytes(url))
+
+    assert [first, *again] == [(True, 5, b"first", False)] * 5
+    assert asked_again == 0
+    assert mine == (7, b"second!")
+    assert stale == 7
+    assert fresh == (13, b"third, longer")
 
 
 def test_absent_objects_are_file_not_found(object_store):

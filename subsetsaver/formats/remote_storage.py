@@ -12,6 +12,9 @@ imported when the first URL of that protocol is used, and find their credentials
   no rename (``can_rename`` is False): writers upload data first and the commit object last.
 - ``hold_directory`` creates a lock object naming its holder, only if none exists (a conditional
   create where the store has one), and removes it when the process exits.
+- An answer about an object (is it there, its size, is it a "directory", a whole small object) is
+  reused for ``METADATA_FRESH_SECONDS``: opening one checkpoint asks the same few questions many times,
+  and each is a round trip. This process's own writes forget every answer at once.
 
 Example::
 
@@ -37,6 +40,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 
 import numpy as np
 
@@ -55,6 +59,10 @@ MAX_REQUESTS = 16
 """Most requests in flight at once."""
 UPLOAD_BLOCK = 16 << 20
 """Bytes buffered before an upload sends a part (S3 needs 5 MiB or more, Cloud Storage a multiple of 256 KiB)."""
+METADATA_FRESH_SECONDS = 2.0
+"""How long an answer about an object is reused; another process's change is seen at most this late."""
+MEMO_OBJECT_BYTES = 4 << 20
+"""Largest whole object whose bytes are reused like an answer (an index, a state file, a manifest)."""
 LOCK_NAME = ".subsetsaver-writer.lock"
 """The lock object a writer creates in a checkpoint directory of an object store."""
 
@@ -106,6 +114,7 @@ class RemoteStorage:
         self._lock = threading.Lock()
         self._held = {}  # directory URL -> URL of the lock object this process created there
         self._executor = None  # threads for file systems without an event loop (memory://)
+        self._memo = {}  # (question, URL) -> (monotonic time asked, answer); see METADATA_FRESH_SECONDS
 
     @property
     def filesystem(self):
@@ -118,12 +127,13 @@ class RemoteStorage:
         return self._filesystem
 
     def exists(self, path) -> bool:
-        with self._translated(path, "look for"):
-            return bool(self.filesystem.exists(path))
+        return self._info(path) is not None
 
     def is_directory(self, path) -> bool:
-        with self._translated(path, "look for"):
-            return bool(self.filesystem.isdir(path))
+        def ask():
+            with self._translated(path, "look for"):
+                return bool(self.filesystem.isdir(path))
+        return self._remembered("is_directory", path, ask)
 
     def list_directory(self, directory) -> list:
         """The base names in ``directory``, sorted; FileNotFoundError when nothing is there."""
@@ -133,17 +143,22 @@ class RemoteStorage:
 
     def size(self, path) -> int:
         """The object's length in bytes; FileNotFoundError when there is none."""
-        with self._translated(path, "look for"):
-            info = self.filesystem.info(path)
+        info = self._info(path)
+        if info is None:
+            raise FileNotFoundError(f"no object '{path}'")
         if info.get("type") == "directory":
             raise FileNotFoundError(f"'{path}' is a directory, not an object")
         return int(info["size"])
 
     def read_bytes(self, path, limit=None) -> bytes:
         """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""
-        with self._translated(path, "read"):
-            if limit is None:
-                return self.filesystem.cat_file(path)
+        if limit is None:
+            def ask():
+                with self._translated(path, "read"):
+                    data = self.filesystem.cat_file(path)
+                return data if len(data) <= MEMO_OBJECT_BYTES else _Unremembered(data)
+            data = self._remembered("read_bytes", path, ask)
+            return data.value if isinstance(data, _Unremembered) else data
         if limit <= 0:
             return b""
         try:
@@ -189,6 +204,8 @@ class RemoteStorage:
         except BaseException:
             sink.discard()
             raise
+        finally:
+            self._forget()
 
     def open_reader(self, path):
         """A reader of ``path`` for ranged reads (``.size``, ``.read``, ``.read_into``, ``.read_ranges``);
@@ -227,6 +244,8 @@ class RemoteStorage:
                 self.filesystem.rm_file(path)
         except FileNotFoundError:
             pass
+        finally:
+            self._forget()
 
     def hold_directory(self, directory) -> None:
         """Take (or keep) this process's writer lock on ``directory``; CheckpointWriteError if another holds it.
@@ -266,6 +285,35 @@ class RemoteStorage:
         for lock_url in held:
             with contextlib.suppress(Exception):
                 self.remove(lock_url)
+
+    def _info(self, path):
+        """fsspec's ``info`` of ``path``, or None when nothing is there; remembered (see METADATA_FRESH_SECONDS)."""
+        def ask():
+            try:
+                with self._translated(path, "look for"):
+                    return self.filesystem.info(path)
+            except FileNotFoundError:
+                return None
+        return self._remembered("info", path, ask)
+
+    def _remembered(self, question, path, ask):
+        """The answer to ``question`` about ``path``: a fresh one remembered, else ``ask()`` (and remember it).
+        The writer lock's object is always asked anew."""
+        if path.rstrip("/").endswith("/" + LOCK_NAME):
+            return ask()
+        key = (question, path)
+        now = time.monotonic()
+        remembered = self._memo.get(key)
+        if remembered is not None and now - remembered[0] < METADATA_FRESH_SECONDS:
+            return remembered[1]
+        answer = ask()
+        if not isinstance(answer, _Unremembered):
+            self._memo[key] = (now, answer)
+        return answer
+
+    def _forget(self):
+        """Drop every remembered answer: this process has just changed the store."""
+        self._memo.clear()
 
     def _create_exclusively(self, path, data):
         try:
@@ -505,6 +553,13 @@ class _UploadSink:
             self.handle.closed = True
         if self.spool is not None:
             self.spool.close()
+
+
+class _Unremembered:
+    """An answer handed back but not remembered (an object too large to keep)."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 def _is_gone(holder):
