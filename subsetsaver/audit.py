@@ -16,11 +16,11 @@ stale-stats                warning   (audit_values) statistics still hold their 
 
 Example::
 
-    >>> for finding in audit(trainable(), graph):
-    ...     print(finding)
-    error: unsaved-state: conv_1/bn keeps moving averages of the batch mean and variance that
-    inference reads; they are not saved and will be re-initialized on restore. Add bn_stats()
-    or scope('conv_1/bn').
+    for finding in audit(trainable(), graph):
+        print(finding)
+    # error: unsaved-state: conv_1/bn keeps moving averages of the batch mean and variance that
+    # inference reads; they are not saved and will be re-initialized on restore. Add bn_stats()
+    # or scope('conv_1/bn').
 """
 
 from __future__ import annotations
@@ -94,10 +94,10 @@ def audit(sel_or_plan, graph=None, fetches=None) -> list:
     without it, any op that computes with a variable's value counts, except the
     variable's own update, optimizer updates, initializers and savers.
 
-    >>> [(f.code, f.variables) for f in audit(trainable(), graph)]
-    [('unsaved-state', ('block/bn/moving_mean', 'block/bn/moving_variance'))]
-    >>> audit(trainable() | bn_stats(), graph, fetches=['output'])
-    []
+    [(f.code, f.variables) for f in audit(trainable(), graph)]
+    # [('unsaved-state', ('block/bn/moving_mean', 'block/bn/moving_variance'))]
+    audit(trainable() | bn_stats(), graph, fetches=['output'])
+    # []
     """
     with no_garbage_collection():  # reading a big graph allocates much and frees nothing
         selector, catalog, saved = _selection(sel_or_plan, graph)
@@ -120,8 +120,8 @@ def audit_errors(sel_or_plan, graph=None) -> list:
     ops around every variable left out show that none can be read (optimizer slots, beta powers, a
     step), that is known without the graph's dataflow or roles, which are then not built.
 
-    >>> audit_errors(trainable(), graph)
-    [Finding(code='unsaved-state', severity=<Severity.ERROR: 'error'>, ...)]
+    audit_errors(trainable(), graph)
+    # [Finding(code='unsaved-state', severity=<Severity.ERROR: 'error'>, ...)]
     """
     with no_garbage_collection():
         _selector, catalog, saved = _selection(sel_or_plan, graph)
@@ -414,8 +414,8 @@ def audit_values(sess, sel_or_plan, graph=None) -> list:
     shadows start, or every element 1, as variances start) while the global step is
     past 0. One ``session.run`` fetches everything; no op is created.
 
-    >>> audit_values(sess, trainable() | bn_stats())
-    [Finding(code='stale-stats', severity=<Severity.WARNING: 'warning'>, ...)]
+    audit_values(sess, trainable() | bn_stats())
+    # [Finding(code='stale-stats', severity=<Severity.WARNING: 'warning'>, ...)]
     """
     if graph is None and isinstance(sel_or_plan, Selector):
         graph = sess.graph
@@ -467,9 +467,9 @@ def warn_for(findings, strict=False, stacklevel=1) -> list:
     ``stacklevel`` counts as in ``warnings.warn``, from the code that calls ``warn_for``:
     1 blames that line, 2 its caller (what ``plan()`` passes, to blame the user's call).
 
-    >>> warn_for(audit(trainable(), graph), strict=True)
-    Traceback (most recent call last):
-    subsetsaver.errors.SubsetSaverError: the selection forgets state inference needs (2 errors): ...
+    warn_for(audit(trainable(), graph), strict=True)
+    # Traceback (most recent call last):
+    # subsetsaver.errors.SubsetSaverError: the selection forgets state inference needs (2 errors): ...
     """
     errors = [f for f in findings if f.severity == Severity.ERROR]
     if not errors:

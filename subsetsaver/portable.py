@@ -14,11 +14,11 @@ whole, under their full name.
 
 Example::
 
-    >>> save_npz(sess, '/host/ckpt/model.npz', ss.everything())
-    '/host/ckpt/model.npz'
-    >>> report = restore_npz(sess, '/host/ckpt/model.npz')      # strict: every variable
-    >>> len(report.restored)
-    27
+    save_npz(sess, '/host/ckpt/model.npz', ss.everything())
+    # '/host/ckpt/model.npz'
+    report = restore_npz(sess, '/host/ckpt/model.npz')      # strict: every variable
+    len(report.restored)
+    # 27
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def prepare_npz(sel=None, graph=None) -> int:
 
     Returns how many variable parts have restore ops. Idempotent.
 
-    >>> prepare_npz(ss.everything(), graph); graph.finalize()
+    prepare_npz(ss.everything(), graph); graph.finalize()
     """
     import tensorflow as tf
 
@@ -162,10 +162,10 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM,
     is durable (see :mod:`subsetsaver.planning.background`; ``if_busy``: 'wait' for the save of this
     selection in flight, or 'skip' this one). In a finalized graph, call :func:`prepare_npz` first.
 
-    >>> save_npz(sess, 'model.npz', ss.trainable() | ss.bn_stats())
-    'model.npz'
-    >>> save_npz(sess, 'model.npz', blocking=False).wait()
-    'model.npz'
+    save_npz(sess, 'model.npz', ss.trainable() | ss.bn_stats())
+    # 'model.npz'
+    save_npz(sess, 'model.npz', blocking=False).wait()
+    # 'model.npz'
     """
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
@@ -212,8 +212,8 @@ def restore_npz(sess, path, sel=None, graph=None, strict=True) -> NpzRestoreRepo
     variables both hold with equal shapes and dtypes, leave the rest unchanged, and
     report them. A damaged or tampered file raises CorruptCheckpointError.
 
-    >>> restore_npz(sess, 'model.npz', ss.trainable(), strict=False).unexpected
-    ('opt/beta1_power', ...)
+    restore_npz(sess, 'model.npz', ss.trainable(), strict=False).unexpected
+    # ('opt/beta1_power', ...)
     """
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)

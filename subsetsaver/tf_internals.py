@@ -10,9 +10,9 @@ TensorFlow at import time.
 
 Example::
 
-    >>> info = slice_info(part)          # None for a variable that is not a partition
-    >>> info.full_shape, info.var_offset, info.var_shape, info.spec
-    ([20, 8], [10, 0], [10, 8], '20 8 10,10:0,8')
+    info = slice_info(part)          # None for a variable that is not a partition
+    info.full_shape, info.var_offset, info.var_shape, info.spec
+    # ([20, 8], [10, 0], [10, 8], '20 8 10,10:0,8')
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ names in ``__all__``.
 
 Example::
 
-    >>> from subsetsaver import catalog
-    >>> cat = catalog.load(graph)
-    >>> sorted(cat.role('slot'))[:2]
-    ['conv_1/b/Adam', 'conv_1/b/Adam_1']
+    from subsetsaver import catalog
+    cat = catalog.load(graph)
+    sorted(cat.role('slot'))[:2]
+    # ['conv_1/b/Adam', 'conv_1/b/Adam_1']
 """
 
 from .checkpoints import (

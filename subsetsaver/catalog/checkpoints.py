@@ -10,10 +10,10 @@ catalog name. Every checkpoint opened here has its declared sizes checked first.
 
 Example::
 
-    >>> checkpoint_catalog('train/').record('conv_1/w').shape
-    (5, 5, 1, 32)
-    >>> file_catalog('keras/weights').record('dense/kernel').object_path
-    'layer_with_weights-0/kernel'
+    checkpoint_catalog('train/').record('conv_1/w').shape
+    # (5, 5, 1, 32)
+    file_catalog('keras/weights').record('dense/kernel').object_path
+    # 'layer_with_weights-0/kernel'
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def checkpoint_kind(path) -> str:
     """The name of the format of the checkpoint at ``path``: 'object' for a TensorFlow object-based
     checkpoint, 'name' for a name-based one, 'npz', 'safetensors', ...
 
-    >>> checkpoint_kind('keras/weights'), checkpoint_kind('train/model-9000'), checkpoint_kind('m.npz')
-    ('object', 'name', 'npz')
+    checkpoint_kind('keras/weights'), checkpoint_kind('train/model-9000'), checkpoint_kind('m.npz')
+    # ('object', 'name', 'npz')
     """
     return registry.format_of(path).name
 
@@ -91,8 +91,8 @@ def read_tensors(path, names):
     """Yield ``(name, array)`` for each of ``names`` (catalog names) of the checkpoint at ``path``
     (any registered format), one at a time, each verified.
 
-    >>> dict(read_tensors('train/model-9000', ['global_step']))
-    {'global_step': array(9000)}
+    dict(read_tensors('train/model-9000', ['global_step']))
+    # {'global_step': array(9000)}
     """
     checkpoint_format = registry.format_of(path)
     yield from checkpoint_format.read(checkpoint_format.resolve(path), names)

@@ -10,9 +10,9 @@ optimizer's ``iterations``, ``bn_stats()`` the moving mean/variance of
 
 Example::
 
-    >>> found = read(model, optimizer)
-    >>> (ss.trainable() | ss.bn_stats()).names(found.catalog)
-    ['dense/kernel', 'dense/bias', 'bn/gamma', 'bn/beta', 'bn/moving_mean', ...]
+    found = read(model, optimizer)
+    (ss.trainable() | ss.bn_stats()).names(found.catalog)
+    # ['dense/kernel', 'dense/bias', 'bn/gamma', 'bn/beta', 'bn/moving_mean', ...]
 """
 
 from __future__ import annotations

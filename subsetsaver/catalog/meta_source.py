@@ -10,9 +10,9 @@ by TensorFlow instead (see :func:`subsetsaver.catalog.sources.load`).
 
 Example::
 
-    >>> cat = load('ckpt/model-100.meta')
-    >>> cat.kind, cat.graph, sorted(cat.role('bn_stat'))[:1]
-    ('meta', None, ['conv_1/bn/moving_mean'])
+    cat = load('ckpt/model-100.meta')
+    cat.kind, cat.graph, sorted(cat.role('bn_stat'))[:1]
+    # ('meta', None, ['conv_1/bn/moving_mean'])
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ call's outputs to the function's return values, so tracing works across the boun
 
 Example::
 
-    >>> ops = OpGraph(graph.as_graph_def())
-    >>> ops.variables_behind(ops.data_inputs('opt/update_w/ResourceApplyAdam')[1])
-    {'opt/w/Adam'}
+    ops = OpGraph(graph.as_graph_def())
+    ops.variables_behind(ops.data_inputs('opt/update_w/ResourceApplyAdam')[1])
+    # {'opt/w/Adam'}
 """
 
 from __future__ import annotations

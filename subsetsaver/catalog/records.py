@@ -6,9 +6,9 @@ the audit, the planner and the drawings only ask it questions.
 
 Example::
 
-    >>> cat = load(graph)
-    >>> cat.record('conv_1/w')
-    VariableRecord(name='conv_1/w', shape=(5, 5, 1, 32), dtype='float32', nbytes=3200, ...)
+    cat = load(graph)
+    cat.record('conv_1/w')
+    # VariableRecord(name='conv_1/w', shape=(5, 5, 1, 32), dtype='float32', nbytes=3200, ...)
 """
 
 from __future__ import annotations

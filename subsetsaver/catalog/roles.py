@@ -27,9 +27,9 @@ a batch-norm layer's ``moving_mean`` and ``moving_variance`` attributes (``bn_st
 
 Example::
 
-    >>> roles = roles_from_graph(catalog, trainable, global_steps=frozenset())
-    >>> sorted(roles.by_role['bn_stat'])
-    ['conv_1/bn/moving_mean', 'conv_1/bn/moving_variance']
+    roles = roles_from_graph(catalog, trainable, global_steps=frozenset())
+    sorted(roles.by_role['bn_stat'])
+    # ['conv_1/bn/moving_mean', 'conv_1/bn/moving_variance']
 """
 
 from __future__ import annotations
@@ -215,9 +215,9 @@ def roles_from_object_graph(graph, names) -> Roles:
     Slots are ``slot`` with ``slot_of`` the catalog name of their variable; an iteration counter is
     ``global_step``; hyperparameters are ``optimizer`` and ``slot``, as TF1's beta powers are.
 
-    >>> roles = roles_from_object_graph(graph, {key: name, ...})
-    >>> roles.slot_of['Adam/dense/kernel/m']
-    'dense/kernel'
+    roles = roles_from_object_graph(graph, {key: name, ...})
+    roles.slot_of['Adam/dense/kernel/m']
+    # 'dense/kernel'
     """
     slots, own, steps, bn_stats, slot_of = set(), set(), set(), set(), {}
     for key, tensor in graph.tensors.items():
@@ -253,8 +253,8 @@ def warn_missed_optimizer_state(cat, selector, kept, source, *, stacklevel=2) ->
     names that look like optimizer state that no known name family covers; returns those names. For the
     tools that select from a checkpoint alone (``slim``, ``convert``), after resolving ``kept``.
 
-    >>> warn_missed_optimizer_state(cat, ss.parse('~slots()'), ['w', 'w/opt_state'], 'ckpt/model')
-    ()
+    warn_missed_optimizer_state(cat, ss.parse('~slots()'), ['w', 'w/opt_state'], 'ckpt/model')
+    # ()
     """
     if not cat.roles.from_names or "slots()" not in repr(selector):
         return ()

@@ -8,9 +8,9 @@ graph's collections change.
 
 Example::
 
-    >>> cat = load(graph)
-    >>> cat.ordered_names[:2]
-    ('conv_1/w', 'conv_1/b')
+    cat = load(graph)
+    cat.ordered_names[:2]
+    # ('conv_1/w', 'conv_1/b')
 """
 
 from __future__ import annotations

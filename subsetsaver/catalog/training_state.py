@@ -28,9 +28,9 @@ Then, with no name looked at:
 
 Example::
 
-    >>> state = training_state(flow, trainable, applies={}, spec=catalog.entry)
-    >>> state.slot_of
-    {'dense/w/adam_m': 'dense/w', 'dense/w/adam_v': 'dense/w'}
+    state = training_state(flow, trainable, applies={}, spec=catalog.entry)
+    state.slot_of
+    # {'dense/w/adam_m': 'dense/w', 'dense/w/adam_v': 'dense/w'}
 """
 
 from __future__ import annotations

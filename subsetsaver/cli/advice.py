@@ -7,8 +7,8 @@ always names a flag that exists.
 
 Example::
 
-    >>> render(OutputExistsError("checkpoint 'out' already exists", fixes=[Fix('overwrite')]), convert_command)
-    "checkpoint 'out' already exists; pass --force"
+    render(OutputExistsError("checkpoint 'out' already exists", fixes=[Fix('overwrite')]), convert_command)
+    # "checkpoint 'out' already exists; pass --force"
 """
 
 from __future__ import annotations

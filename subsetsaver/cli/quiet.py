@@ -11,8 +11,8 @@ bucket it cannot classify, then carries on). ``--verbose`` leaves everything as 
 
 Example::
 
-    >>> with quiet(verbose=False):
-    ...     run_the_command()
+    with quiet(verbose=False):
+        run_the_command()
 """
 
 import contextlib

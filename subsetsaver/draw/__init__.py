@@ -16,11 +16,11 @@ stays cheap. Other rooms use the names in ``__all__``.
 
 Example::
 
-    >>> ss.draw_sets({"trainable": ss.trainable(), "conv_1/bn": ss.scope("conv_1/bn")},
-    ...              "sets.svg", saved=ss.trainable() | ss.bn_stats(), graph=graph)
-    'sets.svg'
-    >>> ss.draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
-    'plan.svg'
+    ss.draw_sets({"trainable": ss.trainable(), "conv_1/bn": ss.scope("conv_1/bn")},
+                 "sets.svg", saved=ss.trainable() | ss.bn_stats(), graph=graph)
+    # 'sets.svg'
+    ss.draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
+    # 'plan.svg'
 """
 
 from .canvas import SetsFigure

@@ -7,10 +7,10 @@ with Graphviz's ``dot`` when that program is installed.
 
 Example::
 
-    >>> draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
-    'plan.svg'
-    >>> [item.label for item in scope_tree(["conv_1/w", "conv_1/b", "step"], len).children]
-    ['step', 'conv_1']
+    draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
+    # 'plan.svg'
+    [item.label for item in scope_tree(["conv_1/w", "conv_1/b", "step"], len).children]
+    # ['step', 'conv_1']
 """
 
 from __future__ import annotations
@@ -150,8 +150,8 @@ def draw_plan(plan, path, *, max_children=16, max_depth=5, max_nodes=150, findin
     ``plan`` is what ``ss.plan`` returns, or anything with its ``saved_names`` and ``catalog``
     (every other variable of the catalog is initialized, as ``rest_names`` says).
 
-    >>> draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
-    'plan.svg'
+    draw_plan(ss.plan(ss.trainable() | ss.bn_stats(), graph), "plan.svg")
+    # 'plan.svg'
     """
     extension = check_extension(path, TREE_FORMATS, "draw_plan")
     if max_children < 2 or max_depth < 1 or max_nodes < 2:

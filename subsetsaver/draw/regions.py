@@ -7,8 +7,8 @@ over the selectors, independent of how they are drawn.
 
 Example::
 
-    >>> [(r.code, r.count) for r in set_regions({"t": ss.trainable(), "bn": ss.bn_stats()}, graph=g)]
-    [('00', 27), ('01', 4), ('10', 12)]
+    [(r.code, r.count) for r in set_regions({"t": ss.trainable(), "bn": ss.bn_stats()}, graph=g)]
+    # [('00', 27), ('01', 4), ('10', 12)]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def checkpoint_bytes(catalog, names) -> int:
     The one place the pictures size a checkpoint: ``sizes`` replays the file layout. A
     partitioned variable counts as one tensor (its ``.data`` bytes are the same).
 
-    >>> checkpoint_bytes(cat, ["conv_1/w", "conv_1/b"])   # 3328 bytes of values + the index
-    3492
+    checkpoint_bytes(cat, ["conv_1/w", "conv_1/b"])   # 3328 bytes of values + the index
+    # 3492
     """
     records = catalog.records_by_name
     tensors = [sizes.SavedTensor(name, records[name].dtype, tuple(records[name].shape)) for name in sorted(names)]
@@ -83,8 +83,8 @@ def region_title(labels) -> str:
 def set_regions(sets: dict, saved=None, graph=None) -> list:
     """The non-empty regions of ``sets`` (label -> selector) over every variable of ``graph``.
 
-    >>> [(r.code, r.count) for r in set_regions({"t": ss.trainable(), "bn": ss.bn_stats()}, graph=g)]
-    [('00', 27), ('01', 4), ('10', 12)]
+    [(r.code, r.count) for r in set_regions({"t": ss.trainable(), "bn": ss.bn_stats()}, graph=g)]
+    # [('00', 27), ('01', 4), ('10', 12)]
     """
     catalog = catalog_module.load(graph)
     labels, chosen = _named_sets(sets, catalog)

@@ -6,9 +6,9 @@ Saver's. This module picks the picture and writes the caption; ``venn`` and ``up
 
 Example::
 
-    >>> draw_sets({"trainable": ss.trainable(), "conv_1/bn": ss.scope("conv_1/bn")}, "sets.svg",
-    ...           saved=ss.trainable() | ss.bn_stats(), graph=graph)
-    'sets.svg'
+    draw_sets({"trainable": ss.trainable(), "conv_1/bn": ss.scope("conv_1/bn")}, "sets.svg",
+              saved=ss.trainable() | ss.bn_stats(), graph=graph)
+    # 'sets.svg'
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def draw_sets(sets: dict, path, saved=None, graph=None):
     size; the part ``saved`` covers is shaded, and the caption compares its estimated
     checkpoint with a full Saver's. The format follows the extension: .png, .svg or .pdf.
 
-    >>> draw_sets({"trainable": trainable(), "conv_1/bn": scope("conv_1/bn")}, "sets.svg",
-    ...           saved=trainable() | bn_stats(), graph=graph)
-    'sets.svg'
+    draw_sets({"trainable": trainable(), "conv_1/bn": scope("conv_1/bn")}, "sets.svg",
+              saved=trainable() | bn_stats(), graph=graph)
+    # 'sets.svg'
     """
     check_extension(path, FIGURE_FORMATS, "draw_sets")
     drawing = sets_figure(sets, saved=saved, graph=graph)

@@ -6,10 +6,10 @@ share one.
 
 Example::
 
-    >>> sets = {"trainable": ss.trainable(), "bn": ss.bn_stats(), "opt": ss.scope("opt"), "fc1": ss.scope("fc1")}
-    >>> drawing = upset_figure(import_matplotlib(), set_regions(sets, graph=g), tuple(sets), "", saved_given=False)
-    >>> drawing.kind
-    'upset'
+    sets = {"trainable": ss.trainable(), "bn": ss.bn_stats(), "opt": ss.scope("opt"), "fc1": ss.scope("fc1")}
+    drawing = upset_figure(import_matplotlib(), set_regions(sets, graph=g), tuple(sets), "", saved_given=False)
+    drawing.kind
+    # 'upset'
 """
 
 from __future__ import annotations

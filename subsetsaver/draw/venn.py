@@ -8,10 +8,10 @@ caller draws an UpSet chart instead.
 
 Example::
 
-    >>> sets = {"trainable": ss.trainable(), "bn": ss.bn_stats()}
-    >>> drawing = venn_figure(import_matplotlib(), set_regions(sets, graph=g), tuple(sets), "", saved_given=False)
-    >>> drawing.kind, len(drawing.diagram.patches)
-    ('venn', 3)
+    sets = {"trainable": ss.trainable(), "bn": ss.bn_stats()}
+    drawing = venn_figure(import_matplotlib(), set_regions(sets, graph=g), tuple(sets), "", saved_given=False)
+    drawing.kind, len(drawing.diagram.patches)
+    # ('venn', 3)
 """
 
 from __future__ import annotations

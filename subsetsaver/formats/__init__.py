@@ -35,10 +35,10 @@ These modules import only ``subsetsaver.errors``, ``subsetsaver.version`` and ea
 
 Example::
 
-    >>> from subsetsaver.formats import npz, npz_state
-    >>> npz.write('/ckpt/model-5.npz', {'dense/w': w}).names
-    ('dense/w',)
-    >>> npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
+    from subsetsaver.formats import npz, npz_state
+    npz.write('/ckpt/model-5.npz', {'dense/w': w}).names
+    # ('dense/w',)
+    npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
 __all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "meta_graph", "name_format", "npz",

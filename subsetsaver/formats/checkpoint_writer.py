@@ -12,10 +12,10 @@ directory. A progress bar shows on a terminal when a write takes more than two s
 
 Example::
 
-    >>> written = write_checkpoint('serve/model', [('w', w)], checkpoint_format=registry.NAME,
-    ...                            specs=[('w', w.shape, 'float32')], sources=['train/model-9000'])
-    >>> written.files
-    ('serve/model.data-00000-of-00001', 'serve/model.index')
+    written = write_checkpoint('serve/model', [('w', w)], checkpoint_format=registry.NAME,
+                               specs=[('w', w.shape, 'float32')], sources=['train/model-9000'])
+    written.files
+    # ('serve/model.data-00000-of-00001', 'serve/model.index')
 """
 
 from __future__ import annotations

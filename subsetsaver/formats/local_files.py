@@ -11,9 +11,9 @@ files. One writing process per directory: an exclusive ``flock`` on the director
 
 Example::
 
-    >>> with LOCAL.replacing('/ckpt/model-5.npz') as sink:      # all or nothing
-    ...     sink.write(header); sink.write(memoryview(array))
-    >>> LOCAL.remove_abandoned('/ckpt')                          # what killed writers on this host left
+    with LOCAL.replacing('/ckpt/model-5.npz') as sink:      # all or nothing
+        sink.write(header); sink.write(memoryview(array))
+    LOCAL.remove_abandoned('/ckpt')                          # what killed writers on this host left
 """
 
 import collections
@@ -239,9 +239,9 @@ class RangeReader:
 class LocalReader(RangeReader):
     """A local file read with ``os.preadv``: no seek, so reads from threads do not interfere.
 
-    >>> with LocalReader('/ckpt/model.data-00000-of-00001') as data:
-    ...     data.size, data.read(0, 4)
-    (2097164, b'\\x00\\x00\\xc0?')
+    with LocalReader('/ckpt/model.data-00000-of-00001') as data:
+        data.size, data.read(0, 4)
+    # (2097164, b'\\x00\\x00\\xc0?')
     """
 
     def __init__(self, path):
@@ -374,7 +374,7 @@ def _background():
 def finish_background_work() -> None:
     """Wait until the work earlier saves left to the background (closing replaced files) is done.
 
-    >>> write_bytes('model.npz', data); finish_background_work()
+    write_bytes('model.npz', data); finish_background_work()
     """
     if _executor is not None:
         _executor.submit(lambda: None).result()

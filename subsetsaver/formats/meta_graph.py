@@ -19,11 +19,11 @@ A file that is not a MetaGraphDef raises ``ValueError`` (the catalog words it fo
 
 Example::
 
-    >>> meta = read_meta_graph(open('ckpt/model-100.meta', 'rb').read())
-    >>> meta.variable_defs('trainable_variables')[0].variable_name
-    'conv_1/w:0'
-    >>> meta.graph_def.node[0].op
-    'Placeholder'
+    meta = read_meta_graph(open('ckpt/model-100.meta', 'rb').read())
+    meta.variable_defs('trainable_variables')[0].variable_name
+    # 'conv_1/w:0'
+    meta.graph_def.node[0].op
+    # 'Placeholder'
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ latest checkpoint its ``checkpoint`` state file names.
 
 Example::
 
-    >>> NAME.recognises('train/model-9000'), NAME.resolve('train/')
-    (True, 'train/model-9000')
+    NAME.recognises('train/model-9000'), NAME.resolve('train/')
+    # (True, 'train/model-9000')
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Example::
 
-    >>> NPZ.recognises('model.npz'), [t.name for t in NPZ.contents('model.npz').tensors][:1]
-    (True, ['conv_1/w'])
+    NPZ.recognises('model.npz'), [t.name for t in NPZ.contents('model.npz').tensors][:1]
+    # (True, ['conv_1/w'])
 """
 
 from __future__ import annotations

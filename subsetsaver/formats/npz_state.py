@@ -9,9 +9,9 @@ a doctored state file cannot point outside its directory.
 
 Example::
 
-    >>> write_state('/ckpt/checkpoint_npz.json', 'model-200.npz', ['model-100.npz', 'model-200.npz'])
-    >>> read_state('/ckpt/checkpoint_npz.json')
-    NpzState(latest='model-200.npz', kept=('model-100.npz', 'model-200.npz'))
+    write_state('/ckpt/checkpoint_npz.json', 'model-200.npz', ['model-100.npz', 'model-200.npz'])
+    read_state('/ckpt/checkpoint_npz.json')
+    # NpzState(latest='model-200.npz', kept=('model-100.npz', 'model-200.npz'))
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def read_state(path) -> NpzState | None:
 def write_state(path, latest, kept) -> None:
     """Replace the state file ``path`` atomically: ``latest`` and ``kept`` are bare file names.
 
-    >>> write_state(os.path.join(directory, STATE_FILENAME), 'model-200.npz', ['model-200.npz'])
+    write_state(os.path.join(directory, STATE_FILENAME), 'model-200.npz', ['model-200.npz'])
     """
     text = json.dumps({"format": STATE_FORMAT, "latest": latest, "kept": list(kept)}, indent=1) + "\n"
     storage.write_bytes(path, text.encode("utf-8"))

@@ -8,8 +8,8 @@ written from a model (``convert --to object --model``), not from a stream of ten
 
 Example::
 
-    >>> [t.name for t in OBJECT.contents('keras/weights').tensors][:1]
-    ['dense/kernel']
+    [t.name for t in OBJECT.contents('keras/weights').tensors][:1]
+    # ['dense/kernel']
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def object_checkpoint_names(graph, keys) -> dict:
     another's object path); the key itself for a tensor the graph does not name, or when even an
     object path clashes.
 
-    >>> object_checkpoint_names(graph, ['layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE'])
-    {'layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE': 'dense/kernel'}
+    object_checkpoint_names(graph, ['layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE'])
+    # {'layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE': 'dense/kernel'}
     """
     keys = list(keys)
     choices = {}  # key -> [(rank, name)]: full name 0, object path 1, key 2; a name repeated is kept once

@@ -17,9 +17,9 @@ This module also lists a checkpoint prefix's files, for every other module that 
 
 Example::
 
-    >>> staged = staging_name('out/model')                  # 'out/.model.tmp-HOST-PID-RANDOM'
-    >>> publish({'out/model.data-00000-of-00002': staged + '.data-00000-of-00002',
-    ...          'out/model.index': staged + '.index'}, commit='out/model.index', replaced=bundle_files('out/model'))
+    staged = staging_name('out/model')                  # 'out/.model.tmp-HOST-PID-RANDOM'
+    publish({'out/model.data-00000-of-00002': staged + '.data-00000-of-00002',
+             'out/model.index': staged + '.index'}, commit='out/model.index', replaced=bundle_files('out/model'))
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ imported when the first URL of that protocol is used, and find their credentials
 
 Example::
 
-    >>> storage = RemoteStorage("gs")
-    >>> storage.size("gs://bucket/run/model.ckpt-5.index")
-    4117
-    >>> [bytes(part) for part in storage.read_ranges("gs://bucket/run/notes.txt", [(0, 5), (9, 3)])]
-    [b'hello', b'abc']
+    storage = RemoteStorage("gs")
+    storage.size("gs://bucket/run/model.ckpt-5.index")
+    # 4117
+    [bytes(part) for part in storage.read_ranges("gs://bucket/run/notes.txt", [(0, 5), (9, 3)])]
+    # [b'hello', b'abc']
 """
 
 from __future__ import annotations
@@ -192,8 +192,8 @@ class RemoteStorage:
     def replacing(self, path):
         """A sink with ``.write(buffer)``: the object appears whole when the block ends, never if it raises.
 
-        >>> with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
-        ...     sink.write(index_bytes)
+        with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
+            sink.write(index_bytes)
         """
         with self._translated(path, "start writing", absent_is_error=True):
             sink = _UploadSink(self.filesystem, path)
@@ -493,9 +493,9 @@ def merge_ranges(ranges, into=None) -> list:
 class RemoteReader(RangeReader):
     """An object read in ranges; ``size`` is asked once, when it is opened.
 
-    >>> with RemoteStorage("s3").open_reader("s3://bucket/run/model.data-00000-of-00001") as data:
-    ...     data.size, data.read(0, 4)
-    (2097164, b'\\x00\\x00\\xc0?')
+    with RemoteStorage("s3").open_reader("s3://bucket/run/model.data-00000-of-00001") as data:
+        data.size, data.read(0, 4)
+    # (2097164, b'\\x00\\x00\\xc0?')
     """
 
     def __init__(self, storage, path):

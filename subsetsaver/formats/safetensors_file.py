@@ -10,10 +10,10 @@ package reads what is written here (the tests prove it), and nothing here can ru
 
 Example::
 
-    >>> write('/out/model.safetensors', [('dense/w', w)], {'selector': 'trainable()'},
-    ...       specs=[('dense/w', w.shape, 'float32')])
-    >>> specs('/out/model.safetensors')
-    ({'dense/w': ((3, 4), 'float32')}, {'selector': 'trainable()'})
+    write('/out/model.safetensors', [('dense/w', w)], {'selector': 'trainable()'},
+          specs=[('dense/w', w.shape, 'float32')])
+    specs('/out/model.safetensors')
+    # ({'dense/w': ((3, 4), 'float32')}, {'selector': 'trainable()'})
 """
 
 from __future__ import annotations

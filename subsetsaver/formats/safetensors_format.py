@@ -2,8 +2,8 @@
 
 Example::
 
-    >>> SAFETENSORS.recognises('model.safetensors')
-    True
+    SAFETENSORS.recognises('model.safetensors')
+    # True
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ left) and ``can_rename`` (object stores cannot: they publish data first, the com
 
 Example::
 
-    >>> with replacing('out/model.npz') as sink:
-    ...     sink.write(b'PK...')
-    >>> exists('out/model.npz'), size('out/model.npz'), join('gs://bucket/run', 'model.index')
-    (True, 6, 'gs://bucket/run/model.index')
+    with replacing('out/model.npz') as sink:
+        sink.write(b'PK...')
+    exists('out/model.npz'), size('out/model.npz'), join('gs://bucket/run', 'model.index')
+    # (True, 6, 'gs://bucket/run/model.index')
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def replacing(path):
 def write_bytes(path, data) -> None:
     """Replace ``path`` with ``data`` atomically.
 
-    >>> write_bytes('ckpt/checkpoint_npz.json', b'{}\\n')
+    write_bytes('ckpt/checkpoint_npz.json', b'{}\\n')
     """
     with replacing(path) as sink:
         sink.write(memoryview(data))

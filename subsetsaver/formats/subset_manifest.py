@@ -9,10 +9,10 @@ manifest.
 
 Example::
 
-    >>> write_manifest('/ckpt/model-100', {'selector': 'trainable()', ...})
-    '/ckpt/model-100.subset.json'
-    >>> read_manifest('/ckpt/model-100')['selector']
-    'trainable()'
+    write_manifest('/ckpt/model-100', {'selector': 'trainable()', ...})
+    # '/ckpt/model-100.subset.json'
+    read_manifest('/ckpt/model-100')['selector']
+    # 'trainable()'
 """
 
 from __future__ import annotations

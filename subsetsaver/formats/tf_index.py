@@ -11,7 +11,7 @@ checks on every checkpoint it opens.
 
 Example::
 
-    >>> check_declared_sizes('train/model-9000')   # None, or CorruptCheckpointError naming the tensor
+    check_declared_sizes('train/model-9000')   # None, or CorruptCheckpointError naming the tensor
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def check_declared_sizes(prefix) -> None:
     own checks (see :mod:`subsetsaver.formats.tf_bundle.index`). Tensors in a missing ``.data``
     file are left to the caller (it names the missing file).
 
-    >>> check_declared_sizes('train/model-9000')  # None, or CorruptCheckpointError
+    check_declared_sizes('train/model-9000')  # None, or CorruptCheckpointError
     """
     with BundleReader(prefix, require_data_files=False):
         pass

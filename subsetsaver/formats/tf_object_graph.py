@@ -32,13 +32,13 @@ objects raises :class:`~subsetsaver.errors.CorruptCheckpointError` naming the ch
 
 Example::
 
-    >>> with tf_bundle.BundleReader('/ckpt/weights') as reader:
-    ...     graph = read_object_graph(reader)
-    >>> graph.tensors['layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE']
-    ObjectVariable(key='layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE',
-                   object_path='layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m',
-                   full_name='Adam/dense/kernel/m', ..., role='slot',
-                   slot_of='layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE', slot_name='m')
+    with tf_bundle.BundleReader('/ckpt/weights') as reader:
+        graph = read_object_graph(reader)
+    graph.tensors['layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE']
+    # ObjectVariable(key='layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE',
+                   # object_path='layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m',
+                   # full_name='Adam/dense/kernel/m', ..., role='slot',
+                   # slot_of='layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE', slot_name='m')
 """
 
 from __future__ import annotations

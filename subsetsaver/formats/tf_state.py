@@ -15,9 +15,9 @@ go through ``tf.io.gfile``.
 
 Example::
 
-    >>> write_state('ckpt', 'ckpt/model-9000', ['ckpt/model-8000', 'ckpt/model-9000'])
-    >>> read_state('ckpt').latest
-    'ckpt/model-9000'
+    write_state('ckpt', 'ckpt/model-9000', ['ckpt/model-8000', 'ckpt/model-9000'])
+    read_state('ckpt').latest
+    # 'ckpt/model-9000'
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def name_latest(prefix, filename=STATE_FILENAME) -> None:
     """Name ``prefix`` the latest checkpoint in the state file of its directory, keeping the ones it
     lists: what every command that writes a checkpoint does, so ``latest_checkpoint`` finds it.
 
-    >>> name_latest('serve/model'); latest_checkpoint('serve')
-    'serve/model'
+    name_latest('serve/model'); latest_checkpoint('serve')
+    # 'serve/model'
     """
     prefix = os.fspath(prefix)
     directory = os.path.dirname(prefix) or "."

@@ -14,9 +14,9 @@ This room imports ``errors``, ``tf_internals``, ``formats``, ``catalog``, ``sele
 
 Example::
 
-    >>> import subsetsaver as ss
-    >>> ss.keras.load_checkpoint(model, 'train/', optimizer, remap={'conv_1/w': 'conv/kernel'}).iterations
-    3000
+    import subsetsaver as ss
+    ss.keras.load_checkpoint(model, 'train/', optimizer, remap={'conv_1/w': 'conv/kernel'}).iterations
+    # 3000
 """
 
 from .convert import ObjectConvertReport, convert_checkpoint, import_builder

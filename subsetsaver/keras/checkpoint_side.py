@@ -15,11 +15,11 @@ second slot, v), and the position says the kind for the Keras optimizer at hand
 
 Example::
 
-    >>> view = checkpoint_view('train/model.ckpt-3')
-    >>> view.slots['conv_1/w/Adam_1'], view.steps
-    ('conv_1/w', ('global_step',))
-    >>> slot_kind('conv_1/w/Adam_1', 'conv_1/w', keras.optimizers.Adam())
-    ('velocity', None)
+    view = checkpoint_view('train/model.ckpt-3')
+    view.slots['conv_1/w/Adam_1'], view.steps
+    # ('conv_1/w', ('global_step',))
+    slot_kind('conv_1/w/Adam_1', 'conv_1/w', keras.optimizers.Adam())
+    # ('velocity', None)
 """
 
 from __future__ import annotations
@@ -124,10 +124,10 @@ def slot_kind(slot, variable, optimizer, siblings=()) -> tuple:
     not say, or says another algorithm. ``siblings``: every slot of ``variable`` (TF1's
     centered RMSProp has three).
 
-    >>> slot_kind('Adam/m/dense/kernel', 'dense/kernel', keras.optimizers.Adam())
-    ('momentum', None)
-    >>> slot_kind('conv_1/w/Adam_1', 'conv_1/w', keras.optimizers.SGD(momentum=0.9))
-    (None, "a slot of conv_1/w made by TF1's Adam, not SGD")
+    slot_kind('Adam/m/dense/kernel', 'dense/kernel', keras.optimizers.Adam())
+    # ('momentum', None)
+    slot_kind('conv_1/w/Adam_1', 'conv_1/w', keras.optimizers.SGD(momentum=0.9))
+    # (None, "a slot of conv_1/w made by TF1's Adam, not SGD")
     """
     tokens = _around(slot, variable)
     algorithm = type(optimizer).__name__

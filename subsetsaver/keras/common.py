@@ -3,8 +3,8 @@
 
 Example::
 
-    >>> with strategy_scope(model):
-    ...     optimizer.build(model.trainable_variables)
+    with strategy_scope(model):
+        optimizer.build(model.trainable_variables)
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ built before or after; a model alone reads it too).
 
 Example::
 
-    >>> report = convert_checkpoint('train/model-3', 'tf2/ckpt', 'models:build',
-    ...                             remap={'conv_1/w': 'conv/kernel'})
-    >>> report.output, report.load.iterations
-    ('tf2/ckpt', 3)
+    report = convert_checkpoint('train/model-3', 'tf2/ckpt', 'models:build',
+                                remap={'conv_1/w': 'conv/kernel'})
+    report.output, report.load.iterations
+    # ('tf2/ckpt', 3)
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     any mismatch) is refused before anything is written; a written output that does not read
     back bit-exact is a CorruptCheckpointError, and is not left in place.
 
-    >>> convert_checkpoint('train/', 'tf2/ckpt', 'models.py:build', keep='~slots()').verified[:2]
-    ('conv/kernel', 'conv/bias')
+    convert_checkpoint('train/', 'tf2/ckpt', 'models.py:build', keep='~slots()').verified[:2]
+    # ('conv/kernel', 'conv/bias')
     """
     if match not in MATCHES:  # refused before the builder imports TensorFlow
         raise ValueError(f"match={match!r} is not one of {', '.join(repr(m) for m in MATCHES)}")
@@ -106,8 +106,8 @@ def import_builder(text):
     ``path/to/file.py`` (its directory is searched first while it is imported). Every problem is one ValueError or TypeError that
     names ``text``.
 
-    >>> import_builder('models.py:build').__name__
-    'build'
+    import_builder('models.py:build').__name__
+    # 'build'
     """
     module_text, colon, function = text.rpartition(":")
     is_file = module_text.endswith(".py")
@@ -133,7 +133,7 @@ def built_model(builder, label) -> tuple:
     raises, a TypeError when it returns anything but a Keras 3 model or ``tf.Module``, or a
     ``(model, optimizer)`` tuple of them.
 
-    >>> model, optimizer = built_model(lambda: (model, keras.optimizers.Adam()), 'models:build')
+    model, optimizer = built_model(lambda: (model, keras.optimizers.Adam()), 'models:build')
     """
     import keras
     import tensorflow as tf

@@ -11,11 +11,11 @@ entered for building and assigning).
 
 Example::
 
-    >>> ss.keras.save_npz('model.npz', model, optimizer)                  # everything
-    >>> ss.keras.save_npz('weights.npz', model, sel=ss.trainable() | ss.bn_stats())
-    >>> fresh, opt = make_model(), keras.optimizers.Adam(1e-3)
-    >>> ss.keras.restore_npz('model.npz', fresh, opt).restored[:2]
-    ('dense/kernel', 'dense/bias')
+    ss.keras.save_npz('model.npz', model, optimizer)                  # everything
+    ss.keras.save_npz('weights.npz', model, sel=ss.trainable() | ss.bn_stats())
+    fresh, opt = make_model(), keras.optimizers.Adam(1e-3)
+    ss.keras.restore_npz('model.npz', fresh, opt).restored[:2]
+    # ('dense/kernel', 'dense/bias')
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ read from that; the iteration counter is ``optimizer.iterations``.
 
 Example::
 
-    >>> weights = model_weights(model)
-    >>> list(weights.variables)[:2]
-    ['conv/kernel', 'conv/bias']
-    >>> optimizer_state(optimizer, weights).slots['adam/conv_kernel_momentum']
-    ('conv/kernel', 'momentum')
+    weights = model_weights(model)
+    list(weights.variables)[:2]
+    # ['conv/kernel', 'conv/bias']
+    optimizer_state(optimizer, weights).slots['adam/conv_kernel_momentum']
+    # ('conv/kernel', 'momentum')
 """
 
 from __future__ import annotations

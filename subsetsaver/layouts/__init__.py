@@ -10,9 +10,9 @@ This room imports only ``errors``, ``formats``, ``catalog`` and ``selectors``: n
 
 Example::
 
-    >>> from subsetsaver import layouts
-    >>> layouts.convert("bert/bert_model.ckpt", "bert-hf", map="bert-to-hf").files
-    ('bert-hf/model.safetensors', 'bert-hf/config.json')
+    from subsetsaver import layouts
+    layouts.convert("bert/bert_model.ckpt", "bert-hf", map="bert-to-hf").files
+    # ('bert-hf/model.safetensors', 'bert-hf/config.json')
 """
 
 from .convert import LayoutReport, convert

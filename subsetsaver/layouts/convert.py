@@ -10,9 +10,9 @@ latest) and the family's config for a TensorFlow one.
 
 Example::
 
-    >>> report = convert("uncased_L-12_H-768_A-12/bert_model.ckpt", "bert-hf", map="bert-to-hf")
-    >>> report.files
-    ('bert-hf/model.safetensors', 'bert-hf/config.json')
+    report = convert("uncased_L-12_H-768_A-12/bert_model.ckpt", "bert-hf", map="bert-to-hf")
+    report.files
+    # ('bert-hf/model.safetensors', 'bert-hf/config.json')
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
     the checkpoint. Raises :class:`~subsetsaver.errors.LayoutMapError` before writing anything when the
     map, the checkpoint or the config does not fit.
 
-    >>> convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
-    ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
+    convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
+    # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
     """
     layout = load_map(map)
     source = _source_path(layout, checkpoint)

@@ -9,9 +9,9 @@ tensors one rule at a time: it holds the source tensors of one rule and what the
 
 Example::
 
-    >>> plan = plan_conversion(load_map("gpt2-to-hf"), {"model/wte": ((50257, 768), "float32"), ...})
-    >>> plan.rows()[0]
-    ('model/wte', 'wte.weight', '', (50257, 768))
+    plan = plan_conversion(load_map("gpt2-to-hf"), {"model/wte": ((50257, 768), "float32"), ...})
+    plan.rows()[0]
+    # ('model/wte', 'wte.weight', '', (50257, 768))
 """
 
 from __future__ import annotations

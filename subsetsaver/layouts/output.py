@@ -10,9 +10,9 @@ name-based checkpoint prefix, named the latest of its directory.
 
 Example::
 
-    >>> stream = TensorStream({"w": ((2, 3), "float32")}, iter([("w", np.zeros((2, 3), np.float32))]))
-    >>> write_safetensors("/out/model.safetensors", stream, {"format": "pt"})
-    '/out/model.safetensors'
+    stream = TensorStream({"w": ((2, 3), "float32")}, iter([("w", np.zeros((2, 3), np.float32))]))
+    write_safetensors("/out/model.safetensors", stream, {"format": "pt"})
+    # '/out/model.safetensors'
 """
 
 from __future__ import annotations

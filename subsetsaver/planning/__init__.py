@@ -16,9 +16,9 @@ This room imports ``catalog``, ``selectors``, ``audit``, ``formats``, ``errors``
 
 Example::
 
-    >>> from subsetsaver.planning import plan
-    >>> p = plan("trainable() | bn_stats()", graph, max_to_keep=3)
-    >>> print(p.summary())
+    from subsetsaver.planning import plan
+    p = plan("trainable() | bn_stats()", graph, max_to_keep=3)
+    print(p.summary())
 """
 
 from .averages import AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names

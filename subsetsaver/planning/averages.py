@@ -8,9 +8,9 @@ through an :class:`AverageRestorer`.
 
 Example::
 
-    >>> restorer = AverageRestorer(ss.plan(ss.trainable(), eval_graph))
-    >>> restorer.restore_or_initialize(sess, 'train/').from_averages
-    ('layer1/w', 'layer1/b', 'layer2/w')
+    restorer = AverageRestorer(ss.plan(ss.trainable(), eval_graph))
+    restorer.restore_or_initialize(sess, 'train/').from_averages
+    # ('layer1/w', 'layer1/b', 'layer2/w')
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def average_restore_map(plan_or_sel, checkpoint, ema=None, graph=None) -> dict:
     ``plan_or_sel``: a plan (its saved variables and remap) or a selector (on ``graph``).
     The names come from the checkpoint, so the evaluation graph needs no EMA ops.
 
-    >>> average_restore_map(p, 'train/')
-    {'layer1/w': 'layer1/w/ExponentialMovingAverage', ..., 'layer2/b': 'layer2/b'}
+    average_restore_map(p, 'train/')
+    # {'layer1/w': 'layer1/w/ExponentialMovingAverage', ..., 'layer2/b': 'layer2/b'}
     """
     if hasattr(plan_or_sel, "saved_names") and hasattr(plan_or_sel, "checkpoint_names"):
         keys = {name: plan_or_sel.checkpoint_names[name] for name in plan_or_sel.saved_names}
@@ -105,10 +105,10 @@ class AverageRestorer:
     ``on_mismatch``, then one ``session.run`` for the values, one for the initializers
     of the rest and one to confirm nothing is left uninitialized.
 
-    >>> restorer = AverageRestorer(ss.plan(ss.trainable(), eval_graph))
-    >>> graph.finalize()
-    >>> restorer.restore_or_initialize(sess, 'train/').from_averages
-    ('layer1/w', 'layer1/b', 'layer2/w')
+    restorer = AverageRestorer(ss.plan(ss.trainable(), eval_graph))
+    graph.finalize()
+    restorer.restore_or_initialize(sess, 'train/').from_averages
+    # ('layer1/w', 'layer1/b', 'layer2/w')
     """
 
     def __init__(self, plan, ema=None):

@@ -20,10 +20,10 @@ blocked 3-26 ms; a ``session.run`` of the same set into numpy blocked 0.4-5 s, a
 
 Example::
 
-    >>> pending = plan.save(sess, 'ckpt/model', global_step=step, blocking=False)
-    >>> sess.run(train_op)            # runs while the checkpoint is written
-    >>> pending.wait()
-    'ckpt/model-100'
+    pending = plan.save(sess, 'ckpt/model', global_step=step, blocking=False)
+    sess.run(train_op)            # runs while the checkpoint is written
+    pending.wait()
+    # 'ckpt/model-100'
 """
 
 from __future__ import annotations

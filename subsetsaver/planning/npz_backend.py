@@ -7,9 +7,9 @@ the file format of :mod:`subsetsaver.formats.npz`.
 
 Example::
 
-    >>> p = ss.plan(ss.trainable(), graph, backend='npz', max_to_keep=3)
-    >>> p.save(sess, '/host/ckpt/model', global_step=100)
-    '/host/ckpt/model-100.npz'
+    p = ss.plan(ss.trainable(), graph, backend='npz', max_to_keep=3)
+    p.save(sess, '/host/ckpt/model', global_step=100)
+    # '/host/ckpt/model-100.npz'
 """
 
 from __future__ import annotations

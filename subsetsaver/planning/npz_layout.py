@@ -7,9 +7,9 @@ only the box its parts cover (its ``region``).
 
 Example::
 
-    >>> layout = layout_of('emb', partitioned_parts)
-    >>> layout.shape, layout.region, layout.offsets
-    ((20, 8), None, ((0, 0), (10, 0)))
+    layout = layout_of('emb', partitioned_parts)
+    layout.shape, layout.region, layout.offsets
+    # ((20, 8), None, ((0, 0), (10, 0)))
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ twice, and the per-tensor cost is small next to theirs.
 
 Example::
 
-    >>> fetches = save_fetches_for(graph, [layout_of(name, catalog.variables([name])) for name in names])
-    >>> _, arrays = fetches.stream(sess)
+    fetches = save_fetches_for(graph, [layout_of(name, catalog.variables([name])) for name in names])
+    _, arrays = fetches.stream(sess)
 """
 
 from __future__ import annotations

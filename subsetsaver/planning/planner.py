@@ -10,13 +10,13 @@ per version of its files (see :func:`~subsetsaver.planning.tf_backend.cached_con
 
 Example::
 
-    >>> p = plan(trainable() | scope('conv_1/bn') | scope('conv_2/bn'), graph)
-    >>> graph.finalize()
-    >>> with tf.compat.v1.Session(graph=graph) as sess:
-    ...     report = p.restore_or_initialize(sess, 'ckpt/')   # latest checkpoint, or init
-    ...     ...
-    ...     p.save(sess, 'ckpt/model', global_step=step)
-    >>> print(p.summary())
+    p = plan(trainable() | scope('conv_1/bn') | scope('conv_2/bn'), graph)
+    graph.finalize()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        report = p.restore_or_initialize(sess, 'ckpt/')   # latest checkpoint, or init
+        ...
+        p.save(sess, 'ckpt/model', global_step=step)
+    print(p.summary())
 """
 
 
@@ -89,7 +89,7 @@ def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend
     forgets) is a ``SubsetSaverWarning``; ``strict=True`` raises them as one error
     before any op is built (see :func:`subsetsaver.audit.audit_errors`).
 
-    >>> p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
+    p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
     """
     if isinstance(sel, str):
         sel = parse(sel)
@@ -356,8 +356,8 @@ class Plan:
         ``wait()`` returns the prefix once durable and named latest). ``if_busy``: 'wait' for the save
         in flight, or 'skip' this one with a warning. See :mod:`subsetsaver.planning.background`.
 
-        >>> plan.save(sess, 'ckpt/model', global_step=step, blocking=False).wait()
-        'ckpt/model-100'
+        plan.save(sess, 'ckpt/model', global_step=step, blocking=False).wait()
+        # 'ckpt/model-100'
         """
         import tensorflow as tf
 
@@ -467,9 +467,9 @@ class Plan:
         start initializes everything (then runs ``warm_start``). Build it before the
         session: see :func:`subsetsaver.planning.scaffold.scaffold`.
 
-        >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
-        ...         checkpoint_dir='run/', scaffold=p.scaffold()) as sess:
-        ...     sess.run(train_op)
+        with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+                checkpoint_dir='run/', scaffold=p.scaffold()) as sess:
+            sess.run(train_op)
         """
         return scaffold_module.scaffold(self, warm_start, resume_from=resume_from, **scaffold_kwargs)
 

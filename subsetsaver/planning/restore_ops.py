@@ -13,8 +13,8 @@ time, so restoring a hundred times does not grow the graph:
 
 Example::
 
-    >>> ops = CheckpointRestoreOps(graph, {'dense/w': [w]}, scope='subsetsaver_restore_some')
-    >>> ops.run(sess, 'ckpt/model-100', ['dense/w'])
+    ops = CheckpointRestoreOps(graph, {'dense/w': [w]}, scope='subsetsaver_restore_some')
+    ops.run(sess, 'ckpt/model-100', ['dense/w'])
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ class RowRestoreOps:
     (tf.Variable list), ``rows`` (a RowMap) and ``slot`` (True: new rows are zero). Built now,
     under ``scope``; :meth:`fetches` names what a restore runs.
 
-    >>> ops = RowRestoreOps(graph, [entry], scope='subsetsaver_rows')
-    >>> sess.run(*ops.fetches('ckpt/model', ['body/emb']))
+    ops = RowRestoreOps(graph, [entry], scope='subsetsaver_rows')
+    sess.run(*ops.fetches('ckpt/model', ['body/emb']))
     """
 
     def __init__(self, graph, entries, *, scope):

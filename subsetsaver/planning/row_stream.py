@@ -11,9 +11,9 @@ variable at a time; :func:`parse_rows_option` reads the command line's ``NAME=OL
 
 Example::
 
-    >>> mapped = resolve_rows(catalog, catalog.ordered_names, {'body/emb': RowMap.keep([2, 0])})
-    >>> dict(map_rows([('body/emb', np.arange(3.0))], mapped))['body/emb'].tolist()
-    [2.0, 0.0]
+    mapped = resolve_rows(catalog, catalog.ordered_names, {'body/emb': RowMap.keep([2, 0])})
+    dict(map_rows([('body/emb', np.arange(3.0))], mapped))['body/emb'].tolist()
+    # [2.0, 0.0]
 """
 
 from __future__ import annotations

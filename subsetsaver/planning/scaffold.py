@@ -9,9 +9,9 @@ before the session: ``MonitoredTrainingSession`` finalizes the graph.
 
 Example::
 
-    >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
-    ...         checkpoint_dir='run/', scaffold=scaffold(p)) as sess:
-    ...     sess.run(train_op)
+    with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+            checkpoint_dir='run/', scaffold=scaffold(p)) as sess:
+        sess.run(train_op)
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def scaffold(plan, warm_start=None, *, resume_from=None, **scaffold_kwargs):
     ``checkpoint_dir``. Other ``scaffold_kwargs`` go to the Scaffold (``init_fn`` is
     chained, ``local_init_op`` grouped with the scaffold's).
 
-    >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
-    ...         checkpoint_dir='run/', save_checkpoint_steps=100, scaffold=scaffold(p)) as sess:
-    ...     sess.run(train_op)
+    with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+            checkpoint_dir='run/', save_checkpoint_steps=100, scaffold=scaffold(p)) as sess:
+        sess.run(train_op)
     """
     import tensorflow as tf
 
@@ -114,7 +114,7 @@ def initialize_if_uninitialized(variables, name="initialize_if_uninitialized"):
     three or four small ops per variable, no function). The initial values are
     computed on every run, used or not.
 
-    >>> sess.run(initialize_if_uninitialized(plan.rest))   # a no-op the second time
+    sess.run(initialize_if_uninitialized(plan.rest))   # a no-op the second time
     """
     import tensorflow as tf
 

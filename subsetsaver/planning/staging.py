@@ -21,8 +21,8 @@ publish each object whole when it is closed.
 
 Example::
 
-    >>> save_staged(saver, sess, 'ckpt/model', global_step=100)
-    'ckpt/model-100'
+    save_staged(saver, sess, 'ckpt/model', global_step=100)
+    # 'ckpt/model-100'
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ prefix is read again.
 
 Example::
 
-    >>> p = ss.plan(ss.trainable(), graph)          # backend='tf' is the default
-    >>> p.backend.contents(p.save(sess, 'ckpt/model'))['dense/w']
-    ((3, 4), 'float32')
+    p = ss.plan(ss.trainable(), graph)          # backend='tf' is the default
+    p.backend.contents(p.save(sess, 'ckpt/model'))['dense/w']
+    # ((3, 4), 'float32')
 """
 
 from __future__ import annotations

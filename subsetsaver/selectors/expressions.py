@@ -5,10 +5,10 @@ A selector never touches TensorFlow. It is evaluated against a catalog (see
 
 Example::
 
-    >>> sel = trainable() | scope('conv_1/bn') - scope('opt')
-    >>> sel
-    trainable() | scope('conv_1/bn') - scope('opt')
-    >>> sel.resolve(graph)          # -> [tf.Variable, ...] in creation order
+    sel = trainable() | scope('conv_1/bn') - scope('opt')
+    sel
+    # trainable() | scope('conv_1/bn') - scope('opt')
+    sel.resolve(graph)          # -> [tf.Variable, ...] in creation order
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ class Selector:
         ``source`` is anything ``catalog.load`` accepts: a ``tf.Graph`` (None means
         the default graph), a ``.meta`` file, a checkpoint, or a catalog.
 
-        >>> trainable().names(graph)
-        ['conv_1/w', 'conv_1/b', ...]
+        trainable().names(graph)
+        # ['conv_1/w', 'conv_1/b', ...]
         """
         catalog = catalog_module.load(source)
         chosen = catalog.in_order(self.evaluate(catalog))
@@ -90,10 +90,10 @@ class Selector:
     def explain(self, graph=None) -> str:
         """The expression tree with the variable count and bytes at every node.
 
-        >>> print((trainable() - scope('opt')).explain(graph))
-        trainable() - scope('opt')    8 variables   3.2 MB
-        ├── trainable()              8 variables   3.2 MB
-        └── scope('opt')             9 variables   6.4 MB
+        print((trainable() - scope('opt')).explain(graph))
+        # trainable() - scope('opt')    8 variables   3.2 MB
+        # ├── trainable()              8 variables   3.2 MB
+        # └── scope('opt')             9 variables   6.4 MB
         """
         catalog = catalog_module.load(graph)
         rows = []
@@ -470,8 +470,8 @@ def global_step() -> Selector:
 def variables(vars_or_names: Iterable) -> Selector:
     """An explicit list of ``tf.Variable`` objects or variable names.
 
-    >>> variables([w, b])
-    variables('fc/w', 'fc/b')
+    variables([w, b])
+    # variables('fc/w', 'fc/b')
     """
     if isinstance(vars_or_names, str):
         vars_or_names = [vars_or_names]

@@ -2,10 +2,10 @@ r"""Parse selector text, the same expressions the Python operators build.
 
 Example::
 
-    >>> parse("trainable() | scope('conv_1/bn') - scope('opt')")
-    trainable() | scope('conv_1/bn') - scope('opt')
-    >>> parse(r"~(slots() | regex('\d+$'))") == ~(slots() | regex(r'\d+$'))
-    True
+    parse("trainable() | scope('conv_1/bn') - scope('opt')")
+    # trainable() | scope('conv_1/bn') - scope('opt')
+    parse(r"~(slots() | regex('\d+$'))") == ~(slots() | regex(r'\d+$'))
+    # True
 
 Precedence is Python's, lowest first: ``|``, ``^``, ``&``, binary ``-`` (all
 left-associative), unary ``~``. Atoms are built-in calls such as

@@ -8,13 +8,13 @@ it is and what to write instead. Globs are translated as ``fnmatch`` does, in li
 
 Example::
 
-    >>> regex_matcher(r'^conv_\d+/')('conv_12/w')
-    True
-    >>> glob_matcher('*/moving_*')('bn/moving_mean')
-    True
-    >>> regex_matcher(r'a(?!b)')
-    Traceback (most recent call last):
-    UnsupportedRegexError: regex() runs on RE2, which has no lookahead: '(?!' at position 1; ...
+    regex_matcher(r'^conv_\d+/')('conv_12/w')
+    # True
+    glob_matcher('*/moving_*')('bn/moving_mean')
+    # True
+    regex_matcher(r'a(?!b)')
+    # Traceback (most recent call last):
+    # UnsupportedRegexError: regex() runs on RE2, which has no lookahead: '(?!' at position 1; ...
 """
 
 from __future__ import annotations

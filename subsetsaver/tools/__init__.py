@@ -12,9 +12,9 @@ writer in ``restore_ops``) and ``errors``.
 
 Example::
 
-    >>> from subsetsaver.tools import convert, slim
-    >>> slim.slim('train/model-9000', '~slots()', 'serve/model').ratio
-    3.0
+    from subsetsaver.tools import convert, slim
+    slim.slim('train/model-9000', '~slots()', 'serve/model').ratio
+    # 3.0
 """
 
 from . import average, convert, diff, rewrite, slim

@@ -14,9 +14,9 @@ a float32 tensor) and one input tensor at a time.
 
 Example::
 
-    >>> report = average(['run/model-8000', 'run/model-9000', 'run/model-10000'], 'avg/model')
-    >>> report.averaged[:2], report.copied
-    (('conv_1/b', 'conv_1/w'), ('global_step',))
+    report = average(['run/model-8000', 'run/model-9000', 'run/model-10000'], 'avg/model')
+    report.averaged[:2], report.copied
+    # (('conv_1/b', 'conv_1/w'), ('global_step',))
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ the betas from the checkpoint's hyperparameter variables or Keras's defaults).
 
 Example::
 
-    >>> convert('train/model-9000', 'model.safetensors', keep='trainable() | bn_stats()').kept[:2]
-    ('conv_1/b', 'conv_1/bn/beta')
-    >>> convert('model.safetensors', 'serve/model', to='name').output
-    'serve/model'
-    >>> dict(convert('keras/weights', 'tf1/model', to='name').renamed)['Adam/dense/kernel/m']
-    'dense/kernel/Adam'
+    convert('train/model-9000', 'model.safetensors', keep='trainable() | bn_stats()').kept[:2]
+    # ('conv_1/b', 'conv_1/bn/beta')
+    convert('model.safetensors', 'serve/model', to='name').output
+    # 'serve/model'
+    dict(convert('keras/weights', 'tf1/model', to='name').renamed)['Adam/dense/kernel/m']
+    # 'dense/kernel/Adam'
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def tf1_names(cat, kept, remap=None) -> dict:
     TF1 optimizer's slot name under its variable's name, the first optimizer's iteration counter
     ``global_step``.
 
-    >>> tf1_names(cat, ['dense/kernel', 'Adam/dense/kernel/m', 'Adam/iter'])
-    {'dense/kernel': 'dense/kernel', 'Adam/dense/kernel/m': 'dense/kernel/Adam', 'Adam/iter': 'global_step'}
+    tf1_names(cat, ['dense/kernel', 'Adam/dense/kernel/m', 'Adam/iter'])
+    # {'dense/kernel': 'dense/kernel', 'Adam/dense/kernel/m': 'dense/kernel/Adam', 'Adam/iter': 'global_step'}
     """
     graph = cat.object_graph
     names_of = {cat.checkpoint_key(name): name for name in cat.ordered_names}

@@ -17,9 +17,9 @@ differences are taken in chunks, never as float64 copies of whole tensors.
 
 Example::
 
-    >>> report = diff('pretrained/model', 'finetuned/model-900', keep="scope('backbone')")
-    >>> report.different, report.counts()
-    (False, {'equal': 96})
+    report = diff('pretrained/model', 'finetuned/model-900', keep="scope('backbone')")
+    report.different, report.counts()
+    # (False, {'equal': 96})
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ writes nothing.
 
 Example::
 
-    >>> report = rewrite('train/model-9000', 'new/model', remap={'model/': 'net/'},
-    ...                  cast={'trainable()': 'bfloat16'}, keep='~slots()')
-    >>> report.rows[0]
-    RewriteRow(old='model/conv/w', new='net/conv/w', shape=(5, 5, 1, 32), dtype='float32', new_dtype='bfloat16')
+    report = rewrite('train/model-9000', 'new/model', remap={'model/': 'net/'},
+                     cast={'trainable()': 'bfloat16'}, keep='~slots()')
+    report.rows[0]
+    # RewriteRow(old='model/conv/w', new='net/conv/w', shape=(5, 5, 1, 32), dtype='float32', new_dtype='bfloat16')
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ names them.
 
 Example::
 
-    >>> report = slim('train/model-9000', '~slots()', 'serve/model')
-    >>> report.output_bytes / report.source_bytes
-    0.33
+    report = slim('train/model-9000', '~slots()', 'serve/model')
+    report.output_bytes / report.source_bytes
+    # 0.33
 """
 
 from __future__ import annotations

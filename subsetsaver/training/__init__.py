@@ -13,14 +13,14 @@ This room imports ``planning``, ``audit``, ``formats`` and ``errors``.
 
 Example::
 
-    >>> p = ss.plan(ss.trainable() | ss.bn_stats(), graph)
-    >>> start = warm_start(ss.scope('model/backbone'), 'pretrained/model-100',
-    ...                    remap={'pretrained/': 'model/backbone/'}, graph=graph)
-    >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
-    ...         checkpoint_dir='run/', scaffold=scaffold(p, warm_start=start),
-    ...         hooks=[StaleStatsHook(p, after_steps=100)]) as sess:
-    ...     while not sess.should_stop():
-    ...         sess.run(train_op)
+    p = ss.plan(ss.trainable() | ss.bn_stats(), graph)
+    start = warm_start(ss.scope('model/backbone'), 'pretrained/model-100',
+                       remap={'pretrained/': 'model/backbone/'}, graph=graph)
+    with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+            checkpoint_dir='run/', scaffold=scaffold(p, warm_start=start),
+            hooks=[StaleStatsHook(p, after_steps=100)]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
 """
 
 from ..errors import NoSaverError

@@ -5,10 +5,10 @@ TensorFlow at import time.
 
 Example::
 
-    >>> hooks = [PlanSaverHook(p, 'run/', save_steps=100), StaleStatsHook(p, after_steps=100)]
-    >>> with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
-    ...         scaffold=scaffold(p, resume_from='run/'), hooks=hooks) as sess:
-    ...     sess.run(train_op)
+    hooks = [PlanSaverHook(p, 'run/', save_steps=100), StaleStatsHook(p, after_steps=100)]
+    with graph.as_default(), tf.compat.v1.train.MonitoredTrainingSession(
+            scaffold=scaffold(p, resume_from='run/'), hooks=hooks) as sess:
+        sess.run(train_op)
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class PlanSaverHook:
     an earlier (killed) run left. A last save happens when the session ends normally.
     ``saved``: the paths written by this hook.
 
-    >>> hook = PlanSaverHook(p, 'run/', save_steps=100)
-    >>> tf.compat.v1.train.MonitoredTrainingSession(scaffold=scaffold(p, resume_from='run/'), hooks=[hook])
+    hook = PlanSaverHook(p, 'run/', save_steps=100)
+    tf.compat.v1.train.MonitoredTrainingSession(scaffold=scaffold(p, resume_from='run/'), hooks=[hook])
     """
 
     def __init__(self, plan, checkpoint_dir, save_steps=None, save_secs=None, checkpoint_basename="model"):
@@ -154,7 +154,7 @@ class StaleStatsHook:
     A ``tf.compat.v1.train.SessionRunHook`` (by interface). ``findings``: the audit's
     findings once it ran, else None.
 
-    >>> hooks = [StaleStatsHook(p, after_steps=100)]
+    hooks = [StaleStatsHook(p, after_steps=100)]
     """
 
     def __init__(self, plan, after_steps=100):

@@ -15,14 +15,14 @@ without a save and leaves the others running.
 
 Example::
 
-    >>> hook = PreemptionHook(plan, 'ckpt/model', grace_secs=25)
-    >>> with tf.compat.v1.train.MonitoredTrainingSession(scaffold=plan.scaffold(resume_from='ckpt/'),
-    ...                                                  hooks=[hook]) as sess:
-    ...     while not sess.should_stop():
-    ...         sess.run(train_op)
-    >>> with preemptible(sess, plan, 'ckpt/model', global_step=step) as p:    # a plain loop
-    ...     while not p.stop_requested:
-    ...         sess.run(train_op)
+    hook = PreemptionHook(plan, 'ckpt/model', grace_secs=25)
+    with tf.compat.v1.train.MonitoredTrainingSession(scaffold=plan.scaffold(resume_from='ckpt/'),
+                                                     hooks=[hook]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+    with preemptible(sess, plan, 'ckpt/model', global_step=step) as p:    # a plain loop
+        while not p.stop_requested:
+            sess.run(train_op)
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class PreemptionHook(_PreemptionSave):
     ``exit_code``: when given, the session's close ends the process with that status;
     ``is_chief=False``: stop without a save (in a cluster only the chief saves).
 
-    >>> hook = PreemptionHook(plan, 'ckpt/model', signals=(signal.SIGTERM, signal.SIGINT), exit_code=143)
+    hook = PreemptionHook(plan, 'ckpt/model', signals=(signal.SIGTERM, signal.SIGINT), exit_code=143)
     """
 
     def __init__(self, plan, save_path, signals=(signal_module.SIGTERM,), grace_secs=None, *, exit_code=None,
@@ -229,9 +229,9 @@ def preemptible(sess, plan, save_path, global_step=None, *, signals=(signal_modu
     ``p.preempted`` tells whether it did. Leaving the block also waits for a background save in
     flight. Options as for :class:`PreemptionHook`.
 
-    >>> with preemptible(sess, plan, 'ckpt/model', global_step=step) as p:
-    ...     while not p.stop_requested:
-    ...         sess.run(train_op)
+    with preemptible(sess, plan, 'ckpt/model', global_step=step) as p:
+        while not p.stop_requested:
+            sess.run(train_op)
     """
     return Preemptible(sess, plan, save_path, global_step, signals, grace_secs, exit_code, is_chief)
 

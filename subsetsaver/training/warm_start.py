@@ -2,9 +2,9 @@
 
 Example::
 
-    >>> start = warm_start(ss.scope('model/backbone'), 'pretrained/model-100',
-    ...                    remap={'pretrained/': 'model/backbone/'}, graph=graph)
-    >>> scaffold = ss.training.scaffold(p, warm_start=start)
+    start = warm_start(ss.scope('model/backbone'), 'pretrained/model-100',
+                       remap={'pretrained/': 'model/backbone/'}, graph=graph)
+    scaffold = ss.training.scaffold(p, warm_start=start)
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def warm_start(sel, checkpoint, remap=None, on_mismatch="error", graph=None) -> 
     with another shape or dtype, raises CheckpointMismatchError before anything runs;
     with ``'initialize'`` those variables are initialized instead.
 
-    >>> start = warm_start(ss.scope('model/backbone'), 'pretrained/',
-    ...                    remap={'pretrained/': 'model/backbone/'}, graph=graph)
+    start = warm_start(ss.scope('model/backbone'), 'pretrained/',
+                       remap={'pretrained/': 'model/backbone/'}, graph=graph)
     """
     subset = make_plan(sel, graph, remap=remap, on_mismatch=on_mismatch)
     check = subset.check(checkpoint)

@@ -30,11 +30,11 @@ Modules, each importing only those above it:
 
 Example::
 
-    >>> from subsetsaver.formats import npz
-    >>> npz.write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()')
-    >>> manifest, arrays = npz.read('/ckpt/model.npz')
-    >>> manifest.entry('conv_1/w').shape, arrays['conv_1/w'].dtype
-    ((5, 5, 1, 32), dtype('float32'))
+    from subsetsaver.formats import npz
+    npz.write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()')
+    manifest, arrays = npz.read('/ckpt/model.npz')
+    manifest.entry('conv_1/w').shape, arrays['conv_1/w'].dtype
+    # ((5, 5, 1, 32), dtype('float32'))
 """
 
 from ...errors import UnsupportedDtypeError

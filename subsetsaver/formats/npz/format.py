@@ -138,8 +138,8 @@ def entry_spec(entry) -> tuple:
     ``region``: ``(offset, stored shape)`` of a part of a partitioned variable (its
     ``info`` has ``full_shape``: the logical shape), else None.
 
-    >>> entry_spec(manifest.entry('emb/part_1'))
-    ((100, 8), 'float32', ((50, 0), (50, 8)))
+    entry_spec(manifest.entry('emb/part_1'))
+    # ((100, 8), 'float32', ((50, 0), (50, 8)))
     """
     info = entry.info or {}
     if "full_shape" in info:

@@ -12,9 +12,9 @@ takes their pages when it needs memory; :data:`IDLE_PER_SIZE` of one size and
 
 Example::
 
-    >>> buffer = aligned_bytes(4096)             # uint8, data address a multiple of ALIGNMENT
-    >>> feed = recycled_bytes(1 << 30)           # a mapping freed by an earlier restore, if one is idle
-    >>> cache['key'] = value; evict_oldest(cache, keep=8)
+    buffer = aligned_bytes(4096)             # uint8, data address a multiple of ALIGNMENT
+    feed = recycled_bytes(1 << 30)           # a mapping freed by an earlier restore, if one is idle
+    cache['key'] = value; evict_oldest(cache, keep=8)
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ member's CRC-32 without touching the data again. SHA-256 cannot be joined, so wi
 
 Example::
 
-    >>> with ParallelReads(source.read_into, 'crc32') as reads:
-    ...     reads.add(entry, offset, aligned_bytes(entry.nbytes), header_crc(entry))
-    ...     for entry, buffer, digest in reads.finished():
-    ...         assert digest == entry.checksum
+    with ParallelReads(source.read_into, 'crc32') as reads:
+        reads.add(entry, offset, aligned_bytes(entry.nbytes), header_crc(entry))
+        for entry, buffer, digest in reads.finished():
+            assert digest == entry.checksum
 """
 
 from __future__ import annotations

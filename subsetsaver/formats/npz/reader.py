@@ -11,9 +11,9 @@ array data are read and checksummed every time.
 
 Example::
 
-    >>> manifest, arrays = read('/ckpt/model.npz')
-    >>> manifest.entry('conv_1/w').shape, arrays['conv_1/w'].dtype
-    ((5, 5, 1, 32), dtype('float32'))
+    manifest, arrays = read('/ckpt/model.npz')
+    manifest.entry('conv_1/w').shape, arrays['conv_1/w'].dtype
+    # ((5, 5, 1, 32), dtype('float32'))
 """
 
 from __future__ import annotations

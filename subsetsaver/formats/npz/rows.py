@@ -9,8 +9,8 @@ array of the span into its row with one vectorized numpy indexing;
 
 Example::
 
-    >>> plan = archive.plan_rows(['a/b', 'c/d'], rows=[1, 0], nbytes=8)
-    >>> out = np.empty((2, 8), np.uint8); archive.load_rows(plan, out)   # out[1] holds 'a/b'
+    plan = archive.plan_rows(['a/b', 'c/d'], rows=[1, 0], nbytes=8)
+    out = np.empty((2, 8), np.uint8); archive.load_rows(plan, out)   # out[1] holds 'a/b'
 """
 
 from __future__ import annotations

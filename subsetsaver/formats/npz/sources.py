@@ -7,10 +7,10 @@ asks for: the central directory, not the data.
 
 Example::
 
-    >>> source = open_source('/ckpt/model.npz')
-    >>> source.read(0, 4), source.size
-    (b'PK\\x03\\x04', 3208)
-    >>> source.close()
+    source = open_source('/ckpt/model.npz')
+    source.read(0, 4), source.size
+    # (b'PK\\x03\\x04', 3208)
+    source.close()
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ holds numbers only, so nothing in it can ask for pickle.
 
 Example::
 
-    >>> write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()').names
-    ('conv_1/w', 'opt/beta1_power')
+    write('/ckpt/model.npz', {'conv_1/w': w, 'opt/beta1_power': b1}, selector='everything()').names
+    # ('conv_1/w', 'opt/beta1_power')
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ class PreparedRows:
 def prepare_rows(names, rows) -> PreparedRows:
     """Check ``names`` (once per tuple of names) and ``rows``: the :class:`PreparedRows` :func:`write` takes.
 
-    >>> prepare_rows(('a/b', 'a/c'), np.zeros((2, 3), np.float32)).true_dtype
-    'float32'
+    prepare_rows(('a/b', 'a/c'), np.zeros((2, 3), np.float32)).true_dtype
+    # 'float32'
     """
     names = tuple(names)
     if names not in _checked_names:
@@ -98,8 +98,8 @@ _checked_names = {}  # tuples of names prepare_rows has checked
 def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
     """Check ``name`` and ``value`` and hash it: the :class:`PreparedArray` :func:`write` takes.
 
-    >>> prepare('dense/w', np.ones(3, np.float32)).checksum
-    '4a3f9a8e'
+    prepare('dense/w', np.ones(3, np.float32)).checksum
+    # '4a3f9a8e'
     """
     _check_name(name)
     data, true_dtype = _storable(name, value)
@@ -127,8 +127,8 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
     :class:`Manifest`; ``describe=False`` returns None and skips making an entry object per
     array of a block (a save of thousands of small variables that never looks at it).
 
-    >>> write('model.npz', {'dense/w': np.ones((2, 3), np.float32)}).names
-    ('dense/w',)
+    write('model.npz', {'dense/w': np.ones((2, 3), np.float32)}).names
+    # ('dense/w',)
     """
     path = os.fspath(path)
     if checksum not in CHECKSUMS:

@@ -10,7 +10,7 @@ built once per layout and reused by every later save of the same variables.
 
 Example::
 
-    >>> zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
+    zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ _layouts = {}
 class ZipWriter:
     """Stored members written in order to ``sink``, then the central directory (:meth:`finish`).
 
-    >>> zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
+    zip_writer = ZipWriter(sink); zip_writer.add('w.npy', (header, array), size, crc); zip_writer.finish()
     """
 
     def __init__(self, sink, *, force_zip64=False):

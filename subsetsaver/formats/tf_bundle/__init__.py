@@ -19,12 +19,12 @@ Modules, each importing only those above it:
 
 Example::
 
-    >>> from subsetsaver.formats import tf_bundle
-    >>> tf_bundle.write('/ckpt/model', {'dense/w': w, 'dense/b': b})
-    '/ckpt/model'
-    >>> with tf_bundle.BundleReader('/ckpt/model') as reader:
-    ...     reader.names, reader.spec('dense/w').dtype, reader.read('dense/b').shape
-    (('dense/b', 'dense/w'), 'float32', (10,))
+    from subsetsaver.formats import tf_bundle
+    tf_bundle.write('/ckpt/model', {'dense/w': w, 'dense/b': b})
+    # '/ckpt/model'
+    with tf_bundle.BundleReader('/ckpt/model') as reader:
+        reader.names, reader.spec('dense/w').dtype, reader.read('dense/b').shape
+    # (('dense/b', 'dense/w'), 'float32', (10,))
 """
 
 from .index import FormatVersion, TensorSpec, data_path, index_path

@@ -13,9 +13,9 @@ Nothing here reads a value.
 
 Example::
 
-    >>> index = parse_index('/ckpt/model', read_table(data, fail))
-    >>> index.tensors['conv_1/w'].spec
-    TensorSpec(name='conv_1/w', shape=(5, 5, 1, 32), dtype='float32', nbytes=3200, partitioned=False)
+    index = parse_index('/ckpt/model', read_table(data, fail))
+    index.tensors['conv_1/w'].spec
+    # TensorSpec(name='conv_1/w', shape=(5, 5, 1, 32), dtype='float32', nbytes=3200, partitioned=False)
 """
 
 from __future__ import annotations

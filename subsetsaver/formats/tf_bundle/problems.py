@@ -7,9 +7,9 @@ partitioned variable).
 
 Example::
 
-    >>> raise corrupt('/ckpt/model', "tensor 'w'", 'declares an unknown dtype (77)')
-    CorruptCheckpointError: cannot read checkpoint '/ckpt/model': tensor 'w' declares an unknown
-    dtype (77) (truncated or tampered); restore from an intact copy of the checkpoint
+    raise corrupt('/ckpt/model', "tensor 'w'", 'declares an unknown dtype (77)')
+    # CorruptCheckpointError: cannot read checkpoint '/ckpt/model': tensor 'w' declares an unknown
+    # dtype (77) (truncated or tampered); restore from an intact copy of the checkpoint
 """
 
 from ...errors import CorruptCheckpointError, clipped

@@ -16,9 +16,9 @@ bytes. Variant tensors (serialized C++ objects) are listed but cannot be read he
 
 Example::
 
-    >>> with BundleReader('/ckpt/model-9000') as reader:
-    ...     reader.names, reader.spec('conv_1/w').shape, reader.read('conv_1/w').dtype
-    (('conv_1/b', 'conv_1/w'), (5, 5, 1, 32), dtype('float32'))
+    with BundleReader('/ckpt/model-9000') as reader:
+        reader.names, reader.spec('conv_1/w').shape, reader.read('conv_1/w').dtype
+    # (('conv_1/b', 'conv_1/w'), (5, 5, 1, 32), dtype('float32'))
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ class BundleReader:
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
         ``names`` are requested together: neighbours in one request, several requests in flight.
 
-        >>> dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
-        (10,)
+        dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
+        # (10,)
         """
         names = list(names)
         at = 0

@@ -17,9 +17,9 @@ same entries (256 KiB blocks, a restart every 16 keys, shortened index keys).
 
 Example::
 
-    >>> data = build_table([(b'', header), (b'conv_1/w', entry)])
-    >>> read_table(data, lambda problem, cause=None: CorruptCheckpointError(f'model.index {problem}'))
-    [(b'', header), (b'conv_1/w', entry)]
+    data = build_table([(b'', header), (b'conv_1/w', entry)])
+    read_table(data, lambda problem, cause=None: CorruptCheckpointError(f'model.index {problem}'))
+    # [(b'', header), (b'conv_1/w', entry)]
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ second empty), which TensorFlow reads the same.
 
 Example::
 
-    >>> write('/ckpt/model', {'dense/w': w, 'dense/b': b})
-    '/ckpt/model'
-    >>> with BundleWriter('/ckpt/model') as writer:
-    ...     writer.add('global_step', np.int64(7))
-    ...     writer.add_slice('emb', (10, 4), (0, 0), emb[:4])
-    ...     writer.add_slice('emb', (10, 4), (4, 0), emb[4:])
+    write('/ckpt/model', {'dense/w': w, 'dense/b': b})
+    # '/ckpt/model'
+    with BundleWriter('/ckpt/model') as writer:
+        writer.add('global_step', np.int64(7))
+        writer.add_slice('emb', (10, 4), (0, 0), emb[:4])
+        writer.add_slice('emb', (10, 4), (4, 0), emb[4:])
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from .table import build_table, read_table
 def write(prefix, arrays) -> str:
     """Write ``arrays`` (name -> array-like) as the checkpoint ``prefix``; returns ``prefix``.
 
-    >>> write('/ckpt/model', {'w': np.ones((2, 3), np.float32), 'words': np.array([b'a', b''], object)})
-    '/ckpt/model'
+    write('/ckpt/model', {'w': np.ones((2, 3), np.float32), 'words': np.array([b'a', b''], object)})
+    # '/ckpt/model'
     """
     with BundleWriter(prefix) as writer:
         for name in sorted(arrays, key=lambda name: name.encode("utf-8")):
