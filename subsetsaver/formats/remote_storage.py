@@ -51,9 +51,9 @@ MERGE_GAP = 1 << 20
 """Most bytes between two ranges that one request may read through instead of making two requests."""
 WASTE_ALLOWANCE = 64 << 10
 """Bytes a merged request may read that nobody asked for, plus 1/32 of the bytes asked for in it."""
-PART_BYTES = 8 << 20
+PART_BYTES = 4 << 20
 """Size of one request: longer ranges are fetched in parts, shorter neighbours merged up to it."""
-IN_FLIGHT_BYTES = 64 << 20
+IN_FLIGHT_BYTES = 16 << 20
 """Most bytes requested ahead of the range being handed out."""
 MAX_REQUESTS = 16
 """Most requests in flight at once."""

@@ -150,6 +150,7 @@ class BundleReader:
             for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
                 value, values[number] = values[number], None  # held by the caller only, once handed out
                 yield name, self._checked(stored, value)
+                del value  # before the next tensor is waited for: only the caller may still hold this one
             at += len(run)
 
     # -----------------------------------------------------------------------------
