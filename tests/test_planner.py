@@ -521,6 +521,7 @@ def test_plan_warns_about_forgotten_statistics_and_strict_raises_before_building
     with pytest.warns(ss.SubsetSaverWarning) as caught:
         plan(ss.trainable(), built.graph)
     assert [str(w.message).split(":")[0] for w in caught] == ["unsaved-state", "unsaved-state"]
+    assert {w.filename for w in caught} == {__file__}  # the warning blames the line that called plan()
     version = built.graph.version
     with pytest.raises(ss.SubsetSaverError) as error:
         plan(ss.trainable(), built.graph, strict=True)

@@ -66,6 +66,19 @@ _REJECTED_SAVER_OPTIONS = {
 
 
 
+def audited_names(sel, catalog, *, strict) -> tuple:
+    """The names ``sel`` saves from ``catalog``, once the audit's errors are warned of (``strict``: raised);
+    EmptySelectionError when it saves none. Warnings blame the caller of the public function that calls this."""
+    saved_names = sel.names(catalog)
+    if not saved_names:
+        raise EmptySelectionError(
+            f"selector {sel!r} saves no variable, so there is nothing to plan; "
+            "use tf.compat.v1.global_variables_initializer() to only initialize"
+        )
+    warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=3)
+    return saved_names
+
+
 def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend="tf", use_averages=None,
          strict=False, **saver_kwargs) -> Plan:
     """Build the plan for saving ``sel`` and initializing every other variable.
@@ -105,13 +118,7 @@ def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend
     catalog = catalog_module.load(graph, live=True)  # a .meta file is imported: the plan builds ops in it
     if catalog.graph is None:
         raise TypeError(f"plan() needs a graph with variables, not a {catalog.kind}; pass a tf.Graph or a .meta file")
-    saved_names = sel.names(catalog)
-    if not saved_names:
-        raise EmptySelectionError(
-            f"selector {sel!r} saves no variable, so there is nothing to plan; "
-            "use tf.compat.v1.global_variables_initializer() to only initialize"
-        )
-    warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=2)
+    saved_names = audited_names(sel, catalog, strict=strict)
     return Plan(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch, backend=backend_type,
                 saver_kwargs=saver_kwargs, use_averages=use_averages, rows=rows)
 

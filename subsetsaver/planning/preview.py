@@ -16,11 +16,9 @@ Example::
 from __future__ import annotations
 
 from .. import catalog as catalog_module
-from ..audit import audit_errors, warn_for
-from ..errors import EmptySelectionError
 from ..selectors import Selector, parse
 from . import sizes as sizes_module
-from .planner import ON_MISMATCH, Plan
+from .planner import ON_MISMATCH, Plan, audited_names
 from .remap import checkpoint_names
 from .tf_backend import TfBackend
 
@@ -41,13 +39,7 @@ def plan_preview(sel, source, *, remap=None, on_mismatch="error", strict=False) 
     catalog = catalog_module.load(source)
     if not catalog.traceable:
         raise TypeError(f"a plan needs a graph with variables, not a {catalog.kind}; pass a tf.Graph or a .meta file")
-    saved_names = sel.names(catalog)
-    if not saved_names:
-        raise EmptySelectionError(
-            f"selector {sel!r} saves no variable, so there is nothing to plan; "
-            "use tf.compat.v1.global_variables_initializer() to only initialize"
-        )
-    warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=2)
+    saved_names = audited_names(sel, catalog, strict=strict)
     return PlanPreview(sel, catalog, saved_names, remap=remap, on_mismatch=on_mismatch)
 
 
