@@ -66,6 +66,18 @@ _REJECTED_SAVER_OPTIONS = {
 
 
 
+def checked_selector(function, sel, on_mismatch) -> Selector:
+    """``sel`` as a Selector (parsed from its text), once it and ``on_mismatch`` are known to be valid
+    arguments of ``function`` (named in the TypeError or ValueError)."""
+    if isinstance(sel, str):
+        sel = parse(sel)
+    if not isinstance(sel, Selector):
+        raise TypeError(f"{function}() takes a selector or its text, got {type(sel).__name__}")
+    if on_mismatch not in ON_MISMATCH:
+        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
+    return sel
+
+
 def audited_names(sel, catalog, *, strict) -> tuple:
     """The names ``sel`` saves from ``catalog``, once the audit's errors are warned of (``strict``: raised);
     EmptySelectionError when it saves none. Warnings blame the caller of the public function that calls this."""
@@ -104,12 +116,7 @@ def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend
 
     p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
     """
-    if isinstance(sel, str):
-        sel = parse(sel)
-    if not isinstance(sel, Selector):
-        raise TypeError(f"plan() takes a selector or its text, got {type(sel).__name__}")
-    if on_mismatch not in ON_MISMATCH:
-        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
+    sel = checked_selector("plan", sel, on_mismatch)
     backend_type = backend_class(backend)
     for option, why in _REJECTED_SAVER_OPTIONS.items():
         if option in saver_kwargs:

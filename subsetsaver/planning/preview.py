@@ -16,9 +16,8 @@ Example::
 from __future__ import annotations
 
 from .. import catalog as catalog_module
-from ..selectors import Selector, parse
 from . import sizes as sizes_module
-from .planner import ON_MISMATCH, Plan, audited_names
+from .planner import Plan, audited_names, checked_selector
 from .remap import checkpoint_names
 from .tf_backend import TfBackend
 
@@ -30,12 +29,7 @@ def plan_preview(sel, source, *, remap=None, on_mismatch="error", strict=False) 
     plan_preview("trainable()", "model.meta").saved_names[:2]
     # ('conv_1/w', 'conv_1/b')
     """
-    if isinstance(sel, str):
-        sel = parse(sel)
-    if not isinstance(sel, Selector):
-        raise TypeError(f"plan_preview() takes a selector or its text, got {type(sel).__name__}")
-    if on_mismatch not in ON_MISMATCH:
-        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
+    sel = checked_selector("plan_preview", sel, on_mismatch)
     catalog = catalog_module.load(source)
     if not catalog.traceable:
         raise TypeError(f"a plan needs a graph with variables, not a {catalog.kind}; pass a tf.Graph or a .meta file")
