@@ -59,17 +59,9 @@ def checkpoint_names(names, remap=None) -> dict:
             result[name] = name
     unused = [f"{source!r}: {target!r}" for target, source in exact.items() if ("name", target) not in used]
     unused += [f"{source!r}: {target!r}" for _, _, source, target in scopes if ("scope", source) not in used]
-    if unused:
-        raise ValueError(
-            f"remap rule {', '.join(unused)} matches no variable the plan saves; "
-            "the right-hand side names variables (or scopes ending in '/') of the graph"
-        )
-    taken = {}
-    for name, key in result.items():
-        if key in taken:
-            raise ValueError(f"remap sends both {taken[key]} and {name} to checkpoint name {key}")
-        taken[key] = name
-    return result
+    _refuse_unused(unused, "matches no variable the plan saves; the right-hand side names variables (or scopes "
+                           "ending in '/') of the graph")
+    return _one_to_one(result, "checkpoint name ")
 
 
 def renamed_names(names, remap=None) -> dict:
@@ -99,15 +91,9 @@ def renamed_names(names, remap=None) -> dict:
             result[name] = name
     unused = [f"{source!r}: {target!r}" for source, target in exact.items() if source not in used]
     unused += [f"{source!r}: {target!r}" for _, _, source, target in scopes if source not in used]
-    if unused:
-        raise ValueError(f"remap rule {', '.join(unused)} matches no name; the left-hand side names tensors "
-                         "(or scopes ending in '/') of the checkpoint")
-    taken = {}
-    for name, new in result.items():
-        if new in taken:
-            raise ValueError(f"remap sends both {taken[new]} and {name} to {new}")
-        taken[new] = name
-    return result
+    _refuse_unused(unused, "matches no name; the left-hand side names tensors (or scopes ending in '/') of the "
+                           "checkpoint")
+    return _one_to_one(result, "")
 
 
 def _rules(remap):
@@ -237,3 +223,19 @@ def nearest_names(missing, candidates, remap) -> dict:
             if close:
                 nearest[name] = close[0]
     return nearest
+
+
+def _refuse_unused(unused, why):
+    """ValueError naming the remap rules in ``unused`` (``'a': 'b'`` texts) and ``why`` they are wrong."""
+    if unused:
+        raise ValueError(f"remap rule {', '.join(unused)} {why}")
+
+
+def _one_to_one(result, target_noun):
+    """``result`` (name -> new name) when no two names get the same new name; else ValueError naming both."""
+    taken = {}
+    for name, new in result.items():
+        if new in taken:
+            raise ValueError(f"remap sends both {taken[new]} and {name} to {target_noun}{new}")
+        taken[new] = name
+    return result
