@@ -158,9 +158,9 @@ class EmptySelectionError(SubsetSaverError, LookupError):
 class CheckpointMismatchError(SubsetSaverError, ValueError):
     """A checkpoint does not hold what the plan expects (missing names, shapes, dtypes)."""
 
-    def __init__(self, message, problems=()):
+    def __init__(self, message, problems=(), *, fixes=(), path=None):
         self.problems = tuple(problems)
-        super().__init__(message)
+        super().__init__(message, fixes=fixes, path=path)
 
 
 class RowMapError(SubsetSaverError, ValueError):

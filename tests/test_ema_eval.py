@@ -120,7 +120,7 @@ def test_a_shadow_of_another_shape_is_reported_before_any_variable_changes(train
         "checkpoint has [16] float32\n"
         "  shape mismatch: layer2/w (checkpoint name layer2/w/ExponentialMovingAverage), expected [5, 3] float32, "
         "checkpoint has [16, 3] float32\n"
-        "or: pass on_mismatch='initialize' to initialize these variables instead of restoring them"
+        "Pass on_mismatch='initialize' to initialize these variables instead of restoring them."
     )
 
 

@@ -369,9 +369,8 @@ def test_missing_names_raise_one_error_suggesting_the_remap(tmp_path, source):
         "  missing: net/out/w, expected [3, 2] float32; nearest in the checkpoint: model/out/w",
         "  missing: net/out/b, expected [2] float32; nearest in the checkpoint: model/out/b",
         "the checkpoint was written by a plan with selector everything()",
-        "fix: pass remap={'model/': 'net/'} to ss.plan: the checkpoint holds 4 of the 4 missing variables "
-        "under that scope",
-        "or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
+        "Pass remap={'model/': 'net/'} (the checkpoint holds 4 of the 4 missing variables under that scope).",
+        "Pass on_mismatch='initialize' to initialize these variables instead of restoring them.",
     ])
     assert [p.kind for p in error.value.problems] == ["missing"] * 4
     assert all(np.array_equal(before[n], after[n]) for n in before), "a failed restore must not touch variables"
@@ -412,7 +411,7 @@ def test_shape_and_dtype_mismatches_error_or_initialize(tmp_path, source):
         "  shape mismatch: model/out/w, expected [5, 2] float32, checkpoint has [3, 2] float32",
         "  dtype mismatch: model/out/b, expected [2] float64, checkpoint has [2] float32",
         "the checkpoint was written by a plan with selector everything()",
-        "or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
+        "Pass on_mismatch='initialize' to initialize these variables instead of restoring them.",
     ])
 
     lenient = plan(ss.trainable() | ss.global_step(), graph, on_mismatch="initialize")

@@ -322,7 +322,7 @@ def test_wrong_vocabulary_length_is_reported_with_every_other_mismatch_before_an
         f"  row map: body/emb, checkpoint has [30718, 64] float32: {expected_vocab}",
         f"  row map: body/emb/Adam, checkpoint has [30718, 64] float32: {expected_vocab}",
         f"  row map: body/emb/Adam_1, checkpoint has [30718, 64] float32: {expected_vocab}",
-        "or: pass on_mismatch='initialize' to initialize these variables instead of restoring them"])
+        "Pass on_mismatch='initialize' to initialize these variables instead of restoring them."])
     assert len(str(raised.value)) < 2048
     for name, value in before.items():
         np.testing.assert_array_equal(after[name], value, err_msg=name)

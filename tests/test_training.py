@@ -522,7 +522,7 @@ def test_warm_start_reports_a_mismatched_head_before_anything_runs(pretrained):
         "checkpoint has [8, 10] float32\n"
         "  shape mismatch: model/head/b (checkpoint name pretrained_head/b), expected [3] float32, "
         "checkpoint has [10] float32\n"
-        "or: pass on_mismatch='initialize' to initialize these variables instead of restoring them"
+        "Pass on_mismatch='initialize' to initialize these variables instead of restoring them."
     )
     assert [(p.kind, p.name) for p in error.value.problems] == [("shape", "model/head/w"), ("shape", "model/head/b")]
 

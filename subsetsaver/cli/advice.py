@@ -42,13 +42,18 @@ FLAGS = {
 }
 
 
-def render(error, command) -> str:
-    """``error``'s message with its remedies written as ``command``'s flags (``command``: a click
-    command, or None when the command is not known: then no remedy is shown)."""
+def remedies(fixes, command) -> list:
+    """Each of ``fixes`` written with ``command``'s flag for its argument; a fix whose flag the command
+    lacks is left out (``command``: a click command, or None when it is not known: then none is shown)."""
     options = {parameter.name for parameter in getattr(command, "params", ())}
-    remedies = []
-    for fix in getattr(error, "fixes", ()):
+    shown = []
+    for fix in fixes:
         flag = FLAGS.get(fix.argument)
         if flag is not None and flag.option in options:
-            remedies.append(fix.render(flag.text(fix.value)))
-    return with_fixes(getattr(error, "reason", str(error)), remedies)
+            shown.append(fix.render(flag.text(fix.value)))
+    return shown
+
+
+def render(error, command) -> str:
+    """``error``'s message with its remedies written as ``command``'s flags (see :func:`remedies`)."""
+    return with_fixes(getattr(error, "reason", str(error)), remedies(getattr(error, "fixes", ()), command))

@@ -8,6 +8,7 @@ from ..planning import plan_preview
 from ..planning.sizes import smaller_text
 from ..selectors import format_bytes
 from ..tools.slim import slim
+from .advice import remedies
 from .options import parse_remap
 from .output import (
     RECORD_ALIGN,
@@ -18,7 +19,6 @@ from .output import (
     record_json,
     record_row,
 )
-from .wording import in_flags
 
 
 def _problem_json(problem):
@@ -97,7 +97,7 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
         click.echo(the_plan.summary())
         if report is not None:
             click.echo("")
-            click.echo(in_flags(str(report), "plan"))
+            click.echo(report.text(remedies(report.fixes, click.get_current_context().command)))
     if report is not None and not report.ok and on_mismatch == "error":
         sys.exit(1)
 

@@ -32,8 +32,6 @@ def in_flags(text, command) -> str:
     """``text`` with Python-call advice replaced by the flags of ``command``."""
     text = _REMAP.sub(_remap_flags, text)
     text = _REMAP_RULES.sub(_rule_flags, text)
-    text = text.replace("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them",
-                        "or: pass --on-mismatch initialize to initialize these variables instead of restoring them")
     text = text.replace("pass on_mismatch='initialize' to leave the unmatched variables as they are",
                         "pass --on-mismatch initialize to leave the unmatched variables as they are")
     text = text.replace("pass overwrite=True (--force)", "pass --force")

@@ -21,7 +21,7 @@ import os
 from .. import catalog as catalog_module
 from .. import tf_internals
 from ..catalog import roles_from_names
-from ..errors import CheckpointMismatchError, CorruptCheckpointError, UninitializedVariablesError
+from ..errors import CorruptCheckpointError, UninitializedVariablesError
 from ..selectors import as_selector
 from .reports import CheckReport, RestoreReport, compare_contents, first_line
 from .restore_ops import CheckpointRestoreOps
@@ -163,7 +163,7 @@ class AverageRestorer:
         check = self.check(prefix)
         mismatched = check.blocking
         if mismatched and plan.on_mismatch == "error":
-            raise CheckpointMismatchError(check.message(), mismatched)
+            raise check.error()
         bad = {p.name for p in mismatched}
         good = [name for name in plan.saved_names if name not in bad]
         try:

@@ -32,7 +32,6 @@ from .. import catalog as catalog_module
 from .. import tf_internals
 from ..audit import audit_errors, warn_for
 from ..errors import (
-    CheckpointMismatchError,
     CheckpointNotFoundError,
     CheckpointWriteError,
     CorruptCheckpointError,
@@ -333,7 +332,7 @@ class Plan:
         mismatched = report.blocking
         if mismatched and self.on_mismatch == "error":
             report = dataclasses.replace(report, manifest=_manifest_or_none(prefix))
-            raise CheckpointMismatchError(report.message(), mismatched)
+            raise report.error()
         import tensorflow as tf
 
         bad = {p.name for p in mismatched}

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..errors import CheckpointMismatchError, Fix, with_fixes
+
 LISTED_UNEXPECTED = 20
 _TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
 
@@ -101,9 +103,9 @@ class CheckReport:
     def unexpected(self) -> tuple:
         return self.of_kind("unexpected")
 
-    def message(self) -> str:
-        """The text of the CheckpointMismatchError a restore raises for this report."""
-        blocking = self.blocking
+    @property
+    def reason(self) -> str:
+        """What does not match, line by line, without the remedies (see :attr:`fixes`)."""
         counts = []
         for kind, label, plural in (("missing", "missing", ""), ("shape", "shape mismatch", "es"),
                                     ("dtype", "dtype mismatch", "es"), ("rows", "row map problem", "s")):
@@ -111,25 +113,41 @@ class CheckReport:
             if count:
                 counts.append(f"{count} {label}{plural if count > 1 else ''}")
         lines = [f"checkpoint '{self.checkpoint}' does not match the plan {self.selector}: {', '.join(counts)}"]
-        lines += describe_all(blocking)
+        lines += describe_all(self.blocking)
         if self.manifest is not None:
             lines.append(f"the checkpoint was written by a plan with selector {self.manifest.get('selector')}")
-        if self.remap:
-            missing = len(self.missing)
-            lines.append(
-                f"fix: pass remap={self.remap!r} to ss.plan: the checkpoint holds "
-                f"{self.remap_resolves} of the {missing} missing variable{'s' if missing > 1 else ''} under that scope"
-            )
-        lines.append("or: pass on_mismatch='initialize' to initialize these variables instead of restoring them")
         return "\n".join(lines)
 
-    def __str__(self):
-        head = self.message() if not self.ok else f"checkpoint '{self.checkpoint}' matches the plan {self.selector}"
+    @property
+    def fixes(self) -> tuple:
+        """The remedies for a mismatch, as arguments of :func:`~subsetsaver.plan` (the command line
+        shows them as its flags): the suggested ``remap``, then ``on_mismatch='initialize'``."""
+        fixes = []
+        if self.remap:
+            missing = len(self.missing)
+            fixes.append(Fix("remap", self.remap, f"(the checkpoint holds {self.remap_resolves} of the {missing} "
+                                                  f"missing variable{'s' if missing > 1 else ''} under that scope)"))
+        fixes.append(Fix("on_mismatch", "initialize", "to initialize these variables instead of restoring them"))
+        return tuple(fixes)
+
+    def error(self) -> CheckpointMismatchError:
+        """The CheckpointMismatchError a restore raises for this report."""
+        return CheckpointMismatchError(self.reason, self.blocking, fixes=self.fixes, path=self.checkpoint)
+
+    def text(self, remedies=None) -> str:
+        """The report as printed; ``remedies``: the :attr:`fixes` as worded (default: as arguments)."""
+        if self.ok:
+            head = f"checkpoint '{self.checkpoint}' matches the plan {self.selector}"
+        else:
+            head = with_fixes(self.reason, [str(fix) for fix in self.fixes] if remedies is None else remedies)
         unexpected = self.unexpected
         lines = [head] + ["  " + p.describe() for p in unexpected[:LISTED_UNEXPECTED]]
         if len(unexpected) > LISTED_UNEXPECTED:
             lines.append(f"  ... and {len(unexpected) - LISTED_UNEXPECTED} more tensors the plan does not restore")
         return "\n".join(lines)
+
+    def __str__(self):
+        return self.text()
 
 
 @dataclasses.dataclass(frozen=True)

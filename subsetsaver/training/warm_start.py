@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CheckpointMismatchError
 from ..planning import RestoreReport
 from ..planning import plan as make_plan
 
@@ -68,5 +67,5 @@ def warm_start(sel, checkpoint, remap=None, on_mismatch="error", graph=None) -> 
     subset = make_plan(sel, graph, remap=remap, on_mismatch=on_mismatch)
     check = subset.check(checkpoint)
     if check.blocking and on_mismatch == "error":
-        raise CheckpointMismatchError(check.message(), check.blocking)
+        raise check.error()
     return WarmStart(subset, check.checkpoint, check)
