@@ -9,7 +9,8 @@ Saver, ``staging``; ``npz_backend`` writes portable files through ``npz_ops`` an
 ``background`` writes saves with ``blocking=False`` from a snapshot queued in the graph;
 ``averages`` restores moving-average shadows for evaluation; ``scaffold`` runs a plan
 inside ``MonitoredTrainingSession``; ``preview`` is a plan's dry run without TensorFlow
-(names, sizes, the check against a checkpoint) for a ``.meta`` file.
+(names, sizes, the check against a checkpoint) for a ``.meta`` file; ``arguments`` checks
+what both are given.
 
 This room imports ``catalog``, ``selectors``, ``audit``, ``formats``, ``errors`` and
 ``tf_internals``. Other rooms use the names in ``__all__``.
@@ -21,11 +22,12 @@ Example::
     print(p.summary())
 """
 
+from .arguments import ON_MISMATCH
 from .averages import AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
 from .backends import BACKENDS, Backend, backend_class
 from .background import PendingSave
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
-from .planner import ON_MISMATCH, Plan, plan
+from .planner import Plan, plan
 from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line

@@ -30,21 +30,20 @@ import warnings
 
 from .. import catalog as catalog_module
 from .. import tf_internals
-from ..audit import audit_errors, warn_for
 from ..errors import (
     CheckpointNotFoundError,
     CheckpointWriteError,
     CorruptCheckpointError,
-    EmptySelectionError,
     RowMapError,
     SubsetSaverError,
     SubsetSaverWarning,
     UninitializedVariablesError,
 )
 from ..formats import subset_manifest
-from ..selectors import Selector, format_bytes, parse
+from ..selectors import format_bytes
 from . import scaffold as scaffold_module
 from . import sizes as sizes_module
+from .arguments import audited_names, checked_selector
 from .averages import AverageRestorer
 from .backends import backend_class
 from .background import BackgroundSaves
@@ -53,7 +52,6 @@ from .reports import CheckReport, Problem, RestoreReport, compare_contents, firs
 from .row_rules import RowRules, split_remap
 from .tf_backend import TfBackend
 
-ON_MISMATCH = ("error", "initialize")
 # errno -> how TensorFlow's errors spell it (its OpErrors carry no errno)
 _WRITE_FAILURES = {errno.ENOSPC: "No space left on device", errno.EACCES: "Permission denied",
                    errno.EROFS: "Read-only file system", errno.EDQUOT: "Disk quota exceeded"}
@@ -63,31 +61,6 @@ _REJECTED_SAVER_OPTIONS = {
 }
 
 
-
-
-def checked_selector(function, sel, on_mismatch) -> Selector:
-    """``sel`` as a Selector (parsed from its text), once it and ``on_mismatch`` are known to be valid
-    arguments of ``function`` (named in the TypeError or ValueError)."""
-    if isinstance(sel, str):
-        sel = parse(sel)
-    if not isinstance(sel, Selector):
-        raise TypeError(f"{function}() takes a selector or its text, got {type(sel).__name__}")
-    if on_mismatch not in ON_MISMATCH:
-        raise ValueError(f"on_mismatch={on_mismatch!r} is not one of {', '.join(repr(m) for m in ON_MISMATCH)}")
-    return sel
-
-
-def audited_names(sel, catalog, *, strict) -> tuple:
-    """The names ``sel`` saves from ``catalog``, once the audit's errors are warned of (``strict``: raised);
-    EmptySelectionError when it saves none. Warnings blame the caller of the public function that calls this."""
-    saved_names = sel.names(catalog)
-    if not saved_names:
-        raise EmptySelectionError(
-            f"selector {sel!r} saves no variable, so there is nothing to plan; "
-            "use tf.compat.v1.global_variables_initializer() to only initialize"
-        )
-    warn_for(audit_errors(sel, catalog), strict=strict, stacklevel=3)
-    return saved_names
 
 
 def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend="tf", use_averages=None,

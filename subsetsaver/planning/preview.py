@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from .. import catalog as catalog_module
 from . import sizes as sizes_module
-from .planner import Plan, audited_names, checked_selector
+from .arguments import audited_names, checked_selector
+from .planner import Plan
 from .remap import checkpoint_names
 from .tf_backend import TfBackend
 
