@@ -1,8 +1,10 @@
 """`rewrite`, `diff` and `average` on real TensorFlow checkpoints, through the library and the command line."""
 
+import io
 import json
 import os
 import shutil
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -11,6 +13,7 @@ import tensorflow as tf
 
 import subsetsaver as ss
 from subsetsaver.errors import CheckpointMismatchError, EmptySelectionError
+from subsetsaver.formats import progress
 from subsetsaver.planning import plan
 from subsetsaver.tools.average import average
 from subsetsaver.tools.diff import diff
@@ -195,6 +198,30 @@ def test_tolerances_nan_and_integers(tmp_path):
         diff(a, b, atol=-1)
     with pytest.raises(EmptySelectionError, match=r"^scope\('nowhere'\) selects no tensor of '.*' or '.*'"):
         diff(a, b, keep="scope('nowhere')")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_diff_shows_a_bar_over_the_bytes_compared_on_a_terminal_only(tmp_path, monkeypatch, capsys):
+    values = {"x": np.arange(6, dtype=np.float32), "y": np.zeros(4, np.float64), "only_a": np.ones(3, np.int8)}
+    a = saved(tmp_path / "a" / "m", values)
+    b = saved(tmp_path / "b" / "m", {name: value for name, value in values.items() if name != "only_a"})
+    diff(a, b)
+    assert capsys.readouterr().err == ""  # piped: nothing
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "SHOWN_AFTER_SECONDS", 0)  # a long diff, as far as the bar knows
+    monkeypatch.setattr(progress, "REFRESH_SECONDS", 0)  # every update drawn
+
+    diff(a, b)
+    quiet = terminal.getvalue()
+    diff(a, b, progress=False)
+
+    assert "diff m:" in quiet and "112/112 [" in quiet, quiet  # x and y on both sides: 2 x (24 + 32) bytes
+    assert terminal.getvalue() == quiet
 
 
 def test_diff_against_a_live_session_and_an_npz_file(fine_tune, tmp_path):

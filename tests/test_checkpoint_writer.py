@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import checkpoint_writer, registry, tf_bundle
+from subsetsaver.formats import checkpoint_writer, progress, registry, tf_bundle
 
 VALUES = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64)}
 SPECS = [(name, value.shape, value.dtype.name) for name, value in VALUES.items()]
@@ -141,7 +141,7 @@ def test_a_progress_bar_on_a_terminal_and_nothing_when_piped(tmp_path, monkeypat
     assert capsys.readouterr().err == ""
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setattr(checkpoint_writer, "PROGRESS_AFTER_SECONDS", 0)  # a long write, as far as the bar knows
+    monkeypatch.setattr(progress, "SHOWN_AFTER_SECONDS", 0)  # a long write, as far as the bar knows
     checkpoint_writer.write_checkpoint(str(tmp_path / "shown.npz"), iter(VALUES.items()), specs=SPECS,
                                        checkpoint_format=registry.NPZ)
     assert "shown.npz:" in terminal.text and "/40.0 [" in terminal.text, terminal.text  # a bar over its 40 bytes

@@ -6,6 +6,7 @@
   object-based), ``npz_format``, ``safetensors_format``.
 - ``checkpoint_writer``: the one writer every writing command uses (checks the output, takes
   the directory's lock, streams, verifies, publishes, names the latest).
+- ``progress``: the progress bar of a long file command (writes, ``diff``), shown on a terminal only.
 - ``publish``: putting a written checkpoint in place so that at every instant the old or the
   new one restores whole; the listing of a checkpoint prefix's files.
 - ``storage``: the file layer: every file question (exists, list, ranged reads, atomic

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 
 from ..errors import (
     CheckpointWriteError,
@@ -34,9 +33,8 @@ from ..errors import (
     SubsetSaverError,
 )
 from . import publish, storage, subset_manifest, tf_state
+from .progress import progress_bar
 from .tf_bundle.checksums import crc32c
-
-PROGRESS_AFTER_SECONDS = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +111,8 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
     output = os.fspath(output)
     expected, parts, nbytes = {}, set(), 0
     with writing(output, checkpoint_format, sources=sources, overwrite=overwrite) as staged:
-        with _progress(sum(_nbytes(shape, dtype) for _, shape, dtype in specs), output, progress) as bar:
+        with progress_bar(sum(_nbytes(shape, dtype) for _, shape, dtype in specs),
+                          os.path.basename(output) or output, progress) as bar:
             def counted():
                 nonlocal nbytes
                 for item in tensors:
@@ -191,21 +190,3 @@ def _same_path(a, b) -> bool:
     if storage.is_local(a) and storage.is_local(b):
         return os.path.abspath(storage.local_path(a)) == os.path.abspath(storage.local_path(b))
     return a.rstrip("/") == b.rstrip("/")
-
-
-@contextlib.contextmanager
-def _progress(total, output, wanted):
-    """A tqdm bar over the bytes written, shown on a terminal after PROGRESS_AFTER_SECONDS; else nothing."""
-    if not wanted or not sys.stderr.isatty():
-        yield _NoProgress()
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, unit="B", unit_scale=True, desc=os.path.basename(output) or output,
-              delay=PROGRESS_AFTER_SECONDS, leave=False, file=sys.stderr) as bar:
-        yield bar
-
-
-class _NoProgress:
-    def update(self, count):
-        pass

@@ -27,11 +27,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import os
 
 import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import EmptySelectionError
+from ..formats.progress import progress_bar
 from ..planning import renamed_names
 from ..planning.npz_layout import joined, layout_of
 from ..selectors import as_selector
@@ -101,9 +103,9 @@ class DiffReport:
         return {key: self.counts(members) for key, members in groups.items()}
 
 
-def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0) -> DiffReport:
+def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0, progress=True) -> DiffReport:
     """Compare ``a`` and ``b`` (checkpoint paths or sessions) on the tensors ``keep`` selects on
-    either side (None: all)."""
+    either side (None: all). ``progress``: a bar on a terminal once the comparison takes over two seconds."""
     if atol < 0 or rtol < 0 or math.isnan(atol) or math.isnan(rtol):
         raise ValueError(f"tolerances must be 0 or more, got atol={atol}, rtol={rtol}")
     side_a, side_b = _side(a), _side(b)
@@ -132,10 +134,13 @@ def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0) -> DiffReport:
             compared.append((name, a_record, b_record))
     reader_a = side_a.read([a.name for _, a, _ in compared])
     reader_b = side_b.read([b.name for _, _, b in compared])
-    for name, a_record, b_record in compared:
-        (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
-        found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))
-        del value_a, value_b  # one tensor of each side in memory at a time
+    total = sum(a_record.nbytes + b_record.nbytes for _, a_record, b_record in compared)
+    with progress_bar(total, f"diff {os.path.basename(side_b.label) or side_b.label}", progress) as bar:
+        for name, a_record, b_record in compared:
+            (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
+            found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))
+            bar.update(value_a.nbytes + value_b.nbytes)
+            del value_a, value_b  # one tensor of each side in memory at a time
     return DiffReport(side_a.label, side_b.label, tuple(found[name] for name in wanted), float(atol), float(rtol))
 
 
