@@ -18,6 +18,7 @@ from . import keras
 from .audit import Finding, Severity, audit, audit_values
 from .draw import draw_plan, draw_sets
 from .errors import (
+    Blank,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CheckpointWriteError,
@@ -85,6 +86,7 @@ __all__ = [
     "CorruptCheckpointError",
     "EmptySelectionError",
     "Fix",
+    "Blank",
     "InvalidOutputError",
     "OutputExistsError",
     "UnknownFormatError",

@@ -41,6 +41,21 @@ class Fix:
         return f"pass {setting} {self.purpose}".rstrip()
 
 
+@dataclasses.dataclass(frozen=True)
+class Blank:
+    """A value for the user to fill in, shown as its description: ``Fix('remap', Blank('{old: new}'))``
+    reads ``pass remap={old: new}``.
+
+    >>> str(Fix('remap', Blank('{old: new}'), 'to pair the names'))
+    'pass remap={old: new} to pair the names'
+    """
+
+    text: str
+
+    def __repr__(self):
+        return self.text
+
+
 class SubsetSaverError(Exception):
     """Root of every error subsetsaver raises on purpose.
 

@@ -235,9 +235,13 @@ def test_a_wrong_shape_a_missing_and_an_unexpected_variable_in_one_message(train
         "  missing: dense/bias, expected [2] float32",
         "  unexpected: conv_1/bn/beta [4] float32 (no model variable reads it)",
         "  unexpected: dense/b [2] float32 (no model variable reads it)",
-        "no variable was changed; pair the names with remap={checkpoint name or scope: model name or scope}, or "
-        "pass on_mismatch='initialize' to leave the unmatched variables as they are",
+        "no variable was changed",
+        "Pass remap={checkpoint name or scope: model name or scope} to pair the names.",
+        "Pass on_mismatch='initialize' to leave the unmatched variables as they are.",
     ])
+    assert [str(fix) for fix in error.value.fixes] == [
+        "pass remap={checkpoint name or scope: model name or scope} to pair the names",
+        "pass on_mismatch='initialize' to leave the unmatched variables as they are"]
     assert [(p.kind, p.name, p.checkpoint_name) for p in error.value.problems] == [
         ("shape", "conv/kernel", "conv_1/w"), ("missing", "dense/bias", "dense/bias"),
         ("unexpected", None, "conv_1/bn/beta"), ("unexpected", None, "dense/b")]
@@ -303,8 +307,8 @@ def test_a_remap_is_suggested_when_the_names_sit_under_another_scope(trained):
         "  missing: net/dense/b, expected [2] float32",
         "  missing: net/dense/w, expected [144, 2] float32",
     ]
-    assert lines[-2] == ("fix: pass remap={'/': 'net/'}: the checkpoint holds 2 of the 2 missing variables under "
-                         "that scope")
+    assert lines[-2] == "Pass remap={'/': 'net/'} (the checkpoint holds 2 of the 2 missing variables under that scope)."
+    assert error.value.fixes[0].value == {"/": "net/"}
     report = ss.keras.load_checkpoint(module, trained.prefix, remap={"/": "net/"})
     assert report.restored == {"net/dense/b": "dense/b", "net/dense/w": "dense/w"}
     assert report.unexpected == ("conv_1/b", "conv_1/bn/beta", "conv_1/bn/gamma", "conv_1/bn/moving_mean",
@@ -316,8 +320,8 @@ def test_a_rule_to_add_to_the_remap_is_suggested_and_works(trained):
     remap = {key: value for key, value in REMAP.items() if key != "conv_1/bn/"}
     with pytest.raises(ss.CheckpointMismatchError) as error:
         ss.keras.load_checkpoint(keras_cnn(), trained.prefix, remap=remap)
-    assert str(error.value).splitlines()[-2] == (
-        "fix: add {'conv_1/': '/'} to remap: the checkpoint holds 4 of the 4 missing variables under that scope")
+    assert str(error.value).splitlines()[-2] == (  # the whole remap, the missing rule added: ready to paste
+        f"Pass remap={ {**remap, 'conv_1/': '/'}!r} (the checkpoint holds 4 of the 4 missing variables under that scope).")
     report = ss.keras.load_checkpoint(keras_cnn(), trained.prefix, remap={**remap, "conv_1/": "/"})
     assert report.restored == WEIGHTS
 
@@ -340,9 +344,10 @@ def test_order_mismatches_name_both_sides(trained):
         "  unexpected: conv_1/bn/moving_variance [4] float32 (weight 6 of the checkpoint's 8; the model has 4)",
         "  unexpected: dense/w [144, 2] float32 (weight 7 of the checkpoint's 8; the model has 4)",
         "  unexpected: dense/b [2] float32 (weight 8 of the checkpoint's 8; the model has 4)",
-        "no variable was changed; match='order' pairs model.weights with the checkpoint's weights in the order the "
-        "graph created them: build the layers in that order, or pair by name with remap=, or pass "
-        "on_mismatch='initialize' to leave the unmatched variables as they are",
+        "no variable was changed; pairing by order takes model.weights and the checkpoint's weights in the order the "
+        "graph created them: build the layers in that order",
+        "Pass match='name' to pair by name instead.",
+        "Pass on_mismatch='initialize' to leave the unmatched variables as they are.",
     ])
     assert_unchanged(before, model.weights)
     with pytest.raises(ValueError, match="remap renames checkpoint names for match='name'"):
@@ -374,8 +379,11 @@ def test_a_dtype_is_never_cast(trained):
     assert lines[0].endswith("(match='name'): 8 dtype mismatches")
     assert lines[1] == ("  dtype mismatch: conv/kernel (checkpoint name conv_1/w), expected [3, 3, 3, 4] float64, "
                         "checkpoint has [3, 3, 3, 4] float32")
-    assert lines[-2] == ("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the "
-                         "layers), or write a cast copy first with ss.rewrite(checkpoint, out, cast={selector: dtype})")
+    assert lines[-4:-2] == [
+        "a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), or write a cast "
+        "copy first (`subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE`, or ss.rewrite(checkpoint, out, "
+        "cast={selector: dtype}))",
+        "no variable was changed"]
     assert_unchanged(before, model.weights)
 
 
@@ -388,8 +396,10 @@ def test_an_optimizer_of_another_algorithm_is_refused(trained):
     assert lines[1] == (f"  missing: {optimizer.name}/conv_kernel_momentum, expected [3, 3, 3, 4] float32 (the "
                         "momentum of conv/kernel: the checkpoint holds no such slot of conv_1/w)")
     assert lines[7] == "  unexpected: conv_1/w/Adam [3, 3, 3, 4] float32 (a slot of conv_1/w made by TF1's Adam, not SGD)"
-    assert lines[-2] == ("the checkpoint's slots were made by TF1's Adam: pass the Keras optimizer of that algorithm, "
-                         "or optimizer=None (--no-optimizer) to load the weights alone")
+    assert lines[-5:-2] == [
+        "the checkpoint's slots were made by TF1's Adam: pass the Keras optimizer of that algorithm",
+        "no variable was changed",
+        "Pass optimizer=None to load the weights alone."]
     assert int(optimizer.iterations.numpy()) == 0
 
 
@@ -431,10 +441,10 @@ def test_a_checkpoint_without_slots_or_step_and_an_optimizer(trained, tmp_path):
         ss.keras.load_checkpoint(model, prefix, optimizer, remap=REMAP)
     lines = str(error.value).splitlines()
     assert lines[0].endswith("(match='name'): 13 missing")
-    assert lines[-3] == (f"  missing: {optimizer.name}/iteration, expected [] int64 (the iteration count, read from "
+    assert lines[-6] == (f"  missing: {optimizer.name}/iteration, expected [] int64 (the iteration count, read from "
                          "the checkpoint's step: it holds no step (global_step))")
-    assert lines[-2] == ("the checkpoint holds no optimizer slots: pass optimizer=None (--no-optimizer) to load the "
-                         "weights alone")
+    assert lines[-5:-2] == ["the checkpoint holds no optimizer slots", "no variable was changed",
+                            "Pass optimizer=None to load the weights alone."]
     report = ss.keras.load_checkpoint(model, prefix, remap=REMAP)
     assert len(report.restored) == 8 and report.iterations is None and report.optimizer_restored == {}
 

@@ -56,11 +56,11 @@ def main(argv=None):
         error.show()
         sys.exit(error.exit_code)
     except SubsetSaverError as error:
-        message = render(error, cli.commands.get(command)) if error.fixes else in_flags(str(error), command)
+        message = render(error, cli.commands.get(command)) if error.fixes else in_flags(str(error))
         click.echo(f"subsetsaver: error: {message}", err=True)
         sys.exit(2)
     except (OSError, ValueError, TypeError) as error:
-        click.echo(f"subsetsaver: error: {in_flags(str(error), command)}", err=True)
+        click.echo(f"subsetsaver: error: {in_flags(str(error))}", err=True)
         sys.exit(2)
     except SystemExit:
         raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import with_fixes
+from ..errors import Blank, with_fixes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Flag:
 
 
 def _remap_flags(rules) -> str:
+    if isinstance(rules, Blank):
+        return "--remap OLD=NEW"
     return " ".join(f"--remap {old}={new}" for old, new in dict(rules).items())
 
 

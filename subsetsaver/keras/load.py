@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..catalog import read_tensors
-from ..errors import CheckpointMismatchError
+from ..errors import Blank, CheckpointMismatchError, Fix
 from ..planning import ON_MISMATCH
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_view
@@ -123,8 +123,8 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
                                                if state is not None else ({}, []))
         findings = pairing.findings + optimizer_findings
         if any(f.problem.blocking for f in findings) and on_mismatch == "error":
-            raise CheckpointMismatchError(_message(weights, state, view, pairing, findings, match, remap),
-                                          [f.problem for f in findings])
+            reason, fixes = _mismatch(weights, state, view, pairing, findings, match, remap)
+            raise CheckpointMismatchError(reason, [f.problem for f in findings], fixes=fixes, path=view.path)
         step = optimizer_pairs.pop(state.iterations, None) if state is not None else None
         needed = list(dict.fromkeys([*loading.values(), *optimizer_pairs.values(), *([step] if step else [])]))
         targets = {key: [] for key in needed}
@@ -175,7 +175,8 @@ def _report(weights, state, view, pairing, loading, optimizer_pairs, step, itera
     )
 
 
-def _message(weights, state, view, pairing, findings, match, remap) -> str:
+def _mismatch(weights, state, view, pairing, findings, match, remap) -> tuple:
+    """(reason, fixes) of the CheckpointMismatchError a load raises: what differs, then the remedies as Fix values."""
     counts = []
     for kind, label in (("missing", "missing"), ("shape", "shape mismatch"), ("dtype", "dtype mismatch"),
                         ("unexpected", "unexpected")):
@@ -187,29 +188,35 @@ def _message(weights, state, view, pairing, findings, match, remap) -> str:
     lines = [f"checkpoint '{view.path}' does not match the {target} ({how}): {', '.join(counts)}"]
     ordered = [f for f in findings if f.kind != "unexpected"] + [f for f in findings if f.kind == "unexpected"]
     lines += ["  " + _line(finding) for finding in ordered]
+    fixes = []
     if pairing.remap:
         missing = sum(1 for f in pairing.findings if f.kind == "missing")
-        how = f"add {pairing.remap!r} to remap" if remap else f"pass remap={pairing.remap!r}"
-        lines.append(f"fix: {how}: the checkpoint holds {pairing.resolves} of the {missing} missing "
-                     f"variable{'s' if missing > 1 else ''} under that scope")
+        fixes.append(Fix("remap", {**(remap or {}), **pairing.remap},
+                         f"(the checkpoint holds {pairing.resolves} of the {missing} missing "
+                         f"variable{'s' if missing > 1 else ''} under that scope)"))
     if any(f.kind == "dtype" for f in findings):
         lines.append("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), "
-                     "or write a cast copy first with ss.rewrite(checkpoint, out, cast={selector: dtype})")
+                     "or write a cast copy first (`subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE`, or "
+                     "ss.rewrite(checkpoint, out, cast={selector: dtype}))")
     if state is not None and not view.slots and any(f.problem.name in state.slots for f in findings):
-        lines.append("the checkpoint holds no optimizer slots: pass optimizer=None (--no-optimizer) to load the "
-                     "weights alone")
+        lines.append("the checkpoint holds no optimizer slots")
+        fixes.append(Fix("optimizer", None, "to load the weights alone"))
     made_by = sorted({f.note.split("made by TF1's ")[1].split(",")[0] for f in findings if "made by TF1's " in f.note})
     if made_by:
         lines.append(f"the checkpoint's slots were made by TF1's {' and '.join(made_by)}: pass the Keras optimizer "
-                     "of that algorithm, or optimizer=None (--no-optimizer) to load the weights alone")
+                     "of that algorithm")
+        if not any(fix.argument == "optimizer" for fix in fixes):
+            fixes.append(Fix("optimizer", None, "to load the weights alone"))
     if match == "order":
-        lines.append("no variable was changed; match='order' pairs model.weights with the checkpoint's weights in "
-                     "the order the graph created them: build the layers in that order, or pair by name with "
-                     "remap=, or pass on_mismatch='initialize' to leave the unmatched variables as they are")
+        lines.append("no variable was changed; pairing by order takes model.weights and the checkpoint's weights in "
+                     "the order the graph created them: build the layers in that order")
+        fixes.append(Fix("match", "name", "to pair by name instead"))
     else:
-        lines.append("no variable was changed; pair the names with remap={checkpoint name or scope: model name or "
-                     "scope}, or pass on_mismatch='initialize' to leave the unmatched variables as they are")
-    return "\n".join(lines)
+        lines.append("no variable was changed")
+        if not pairing.remap:
+            fixes.append(Fix("remap", Blank("{checkpoint name or scope: model name or scope}"), "to pair the names"))
+    fixes.append(Fix("on_mismatch", "initialize", "to leave the unmatched variables as they are"))
+    return "\n".join(lines), tuple(fixes)
 
 
 def _line(finding) -> str:
