@@ -183,6 +183,20 @@ class RowMapError(SubsetSaverError, ValueError):
     repeats a token, a map on a variable the plan does not save, two tensors sent into one variable."""
 
 
+class RemapRuleError(SubsetSaverError, ValueError):
+    """Remap rules that cannot apply. ``rules``: them, as ``(old, new)`` pairs; ``why``: what is wrong. The
+    message quotes them as Python writes them; the command line shows them as its ``--remap`` flags.
+
+    >>> str(RemapRuleError([('model/', 'net/')], 'matches no name'))
+    "remap rule 'model/': 'net/' matches no name"
+    """
+
+    def __init__(self, rules, why):
+        self.rules = tuple(rules)
+        self.why = why
+        super().__init__(f"remap rule {', '.join(f'{old!r}: {new!r}' for old, new in self.rules)} {why}")
+
+
 class CorruptCheckpointError(SubsetSaverError, OSError):
     """A checkpoint file is missing, truncated, or fails its own validation."""
 

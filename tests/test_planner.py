@@ -478,6 +478,7 @@ def test_checkpoint_names_follow_init_from_checkpoint_rules():
         "remap rule 'model/': 'nett/' matches no variable the plan saves; "
         "the right-hand side names variables (or scopes ending in '/') of the graph"
     )
+    assert isinstance(error.value, ss.RemapRuleError) and error.value.rules == (("model/", "nett/"),)
     with pytest.raises(ValueError) as error:
         checkpoint_names(names, {"model/": "net/a/w"})
     assert str(error.value).startswith("remap rule 'model/': 'net/a/w' mixes a scope and a name")

@@ -24,7 +24,6 @@ from .draw_command import draw_command
 from .plan_commands import plan_command, slim_command
 from .quiet import quiet
 from .tool_commands import average_command, diff_command, rewrite_command
-from .wording import in_flags
 
 __all__ = ["cli", "main"]
 
@@ -56,11 +55,10 @@ def main(argv=None):
         error.show()
         sys.exit(error.exit_code)
     except SubsetSaverError as error:
-        message = render(error, cli.commands.get(command)) if error.fixes else in_flags(str(error))
-        click.echo(f"subsetsaver: error: {message}", err=True)
+        click.echo(f"subsetsaver: error: {render(error, cli.commands.get(command))}", err=True)
         sys.exit(2)
     except (OSError, ValueError, TypeError) as error:
-        click.echo(f"subsetsaver: error: {in_flags(str(error))}", err=True)
+        click.echo(f"subsetsaver: error: {error}", err=True)
         sys.exit(2)
     except SystemExit:
         raise

@@ -3,7 +3,8 @@
 An error of the library carries its remedies as :class:`~subsetsaver.errors.Fix` values
 (an argument and its value). Here each argument has the flag that sets it on the command
 line; a remedy is shown only when the failing command has that flag, so the advice
-always names a flag that exists.
+always names a flag that exists. The rules of a ``RemapRuleError`` read as the ``--remap``
+flags that type them. No message is matched as text.
 
 Example::
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import Blank, with_fixes
+from ..errors import Blank, RemapRuleError, with_fixes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,5 +58,10 @@ def remedies(fixes, command) -> list:
 
 
 def render(error, command) -> str:
-    """``error``'s message with its remedies written as ``command``'s flags (see :func:`remedies`)."""
-    return with_fixes(getattr(error, "reason", str(error)), remedies(getattr(error, "fixes", ()), command))
+    """``error``'s message with its remedies written as ``command``'s flags (see :func:`remedies`); the rules
+    of a RemapRuleError as the ``--remap`` flags that type them."""
+    if isinstance(error, RemapRuleError):
+        return f"{_remap_flags(error.rules)} {error.why}"
+    if not getattr(error, "fixes", ()):
+        return str(error)
+    return with_fixes(error.reason, remedies(error.fixes, command))

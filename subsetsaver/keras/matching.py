@@ -32,6 +32,7 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
+from ..errors import RemapRuleError
 from ..formats import storage
 from ..planning import Problem, checkpoint_names, compare_contents, suggest_remap
 from .checkpoint_side import slot_kind
@@ -274,7 +275,7 @@ def _unexpected(view, name, note) -> Finding:
 
 
 def _check_rules_used(names, remap, label):
-    """A ValueError for a remap rule whose model side names no model variable (a typo)."""
+    """A RemapRuleError for a remap rule whose model side names no model variable (a typo)."""
     for source, target in dict(remap or {}).items():
         if not isinstance(target, str):
             continue  # checkpoint_names says what is wrong with it
@@ -282,7 +283,6 @@ def _check_rules_used(names, remap, label):
         used = any(name.startswith(scope) for name in names) if target.endswith("/") else target in names
         if not used:
             example = next(iter(names), "dense/kernel")
-            raise ValueError(
-                f"remap rule {source!r}: {target!r} matches no variable of the {label}; the right-hand side names "
-                f"model variables (paths such as {example!r}) or their scopes ending in '/'"
-            )
+            raise RemapRuleError([(source, target)], f"matches no variable of the {label}; the right-hand side "
+                                                     f"names model variables (paths such as {example!r}) or their "
+                                                     "scopes ending in '/'")

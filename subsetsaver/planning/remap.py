@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 
+from ..errors import RemapRuleError
 from ..selectors import variable_name
 from .reports import compare_spec
 
@@ -57,8 +58,8 @@ def checkpoint_names(names, remap=None) -> dict:
                 break
         else:
             result[name] = name
-    unused = [f"{source!r}: {target!r}" for target, source in exact.items() if ("name", target) not in used]
-    unused += [f"{source!r}: {target!r}" for _, _, source, target in scopes if ("scope", source) not in used]
+    unused = [(source, target) for target, source in exact.items() if ("name", target) not in used]
+    unused += [(source, target) for _, _, source, target in scopes if ("scope", source) not in used]
     _refuse_unused(unused, "matches no variable the plan saves; the right-hand side names variables (or scopes "
                            "ending in '/') of the graph")
     return _one_to_one(result, "checkpoint name ")
@@ -89,8 +90,8 @@ def renamed_names(names, remap=None) -> dict:
                 break
         else:
             result[name] = name
-    unused = [f"{source!r}: {target!r}" for source, target in exact.items() if source not in used]
-    unused += [f"{source!r}: {target!r}" for _, _, source, target in scopes if source not in used]
+    unused = [(source, target) for source, target in exact.items() if source not in used]
+    unused += [(source, target) for _, _, source, target in scopes if source not in used]
     _refuse_unused(unused, "matches no name; the left-hand side names tensors (or scopes ending in '/') of the "
                            "checkpoint")
     return _one_to_one(result, "")
@@ -105,10 +106,8 @@ def _rules(remap):
             raise TypeError(f"remap keys are checkpoint names or scopes (str), got {type(source).__name__}: {source!r}")
         target = target if isinstance(target, str) else variable_name(target)
         if source.endswith("/") != target.endswith("/"):
-            raise ValueError(
-                f"remap rule {source!r}: {target!r} mixes a scope and a name; "
-                "map a scope to a scope ('old/': 'new/') or a name to a name ('old/w': 'new/w')"
-            )
+            raise RemapRuleError([(source, target)], "mixes a scope and a name; map a scope to a scope ('old/': "
+                                                     "'new/') or a name to a name ('old/w': 'new/w')")
         if source.endswith("/"):
             scopes.append(("" if source == "/" else source, "" if target == "/" else target, source, target))
         else:
@@ -226,9 +225,9 @@ def nearest_names(missing, candidates, remap) -> dict:
 
 
 def _refuse_unused(unused, why):
-    """ValueError naming the remap rules in ``unused`` (``'a': 'b'`` texts) and ``why`` they are wrong."""
+    """RemapRuleError naming the remap rules in ``unused`` (``(old, new)`` pairs) and ``why`` they are wrong."""
     if unused:
-        raise ValueError(f"remap rule {', '.join(unused)} {why}")
+        raise RemapRuleError(unused, why)
 
 
 def _one_to_one(result, target_noun):
