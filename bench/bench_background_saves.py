@@ -22,26 +22,22 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.bench_long_runs import build_graph as build_variables  # noqa: E402
 from bench.report import Timing, alternating, print_line, warm  # noqa: E402
 
 GIGABYTES = float(os.environ.get("SUBSETSAVER_BENCH_GB", "1.0"))
-VARIABLE_MB = 64
 
 
 def build_graph(gigabytes):
+    """The variables of ``bench_long_runs`` (64 MB resource variables and a step) and a step that updates them all."""
     import tensorflow as tf
 
-    v1 = tf.compat.v1
-    size = VARIABLE_MB * 2**20 // 4
-    count = max(1, round(gigabytes * 2**30 / (VARIABLE_MB * 2**20)))
-    graph = tf.Graph()
+    graph, variables = build_variables(gigabytes)
+    *weights, step = variables
     with graph.as_default():
-        variables = [v1.get_variable(f"large/v{i:03d}", [size], initializer=v1.random_uniform_initializer(seed=i),
-                                     use_resource=True) for i in range(count)]
-        step = v1.train.get_or_create_global_step()
-        train = tf.group(*[variable.assign_add(tf.fill([size], 1e-6), read_value=False) for variable in variables],
+        train = tf.group(*[weight.assign_add(tf.fill(weight.shape, 1e-6), read_value=False) for weight in weights],
                          step.assign_add(1, read_value=False))
-    return graph, variables + [step], train
+    return graph, variables, train
 
 
 def run(report):

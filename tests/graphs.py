@@ -1581,3 +1581,18 @@ def random_feed(built: BuiltGraph, *, batch_size: int = 4, training: bool = True
     if "phase_train" in built.tensors:
         feed[built.tensors["phase_train"]] = training
     return feed
+
+
+def trained_checkpoint(built: BuiltGraph, prefix: str, steps: int) -> tuple[str, dict]:
+    """Train ``built`` for ``steps`` steps on random feeds and save every variable with a
+    ``tf.compat.v1.train.Saver`` at ``prefix-STEPS``: (the checkpoint's prefix, name -> value)."""
+    with built.graph.as_default():
+        saver = tf.compat.v1.train.Saver()
+        init = tf.compat.v1.global_variables_initializer()
+        variables = tf.compat.v1.global_variables()
+    with tf.compat.v1.Session(graph=built.graph) as sess:
+        sess.run(init)
+        for step in range(steps):
+            sess.run(built.tensors["train_op"], random_feed(built, seed=step))
+        saved = saver.save(sess, prefix, global_step=steps)
+        return saved, dict(zip([v.op.name for v in variables], sess.run(variables)))

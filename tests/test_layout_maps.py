@@ -55,25 +55,29 @@ def test_the_shipped_maps_are_listed_and_parse():
         assert layout.name == name and layout.rules
 
 
+def refused(checkpoint, out, **options):
+    """The LayoutMapError that converting ``checkpoint`` to ``out`` raises, once nothing is found written there."""
+    with pytest.raises(ss.LayoutMapError) as error:
+        ss.convert(checkpoint, out, **options)
+    assert not os.path.exists(out)
+    return error.value
+
+
 def test_an_unknown_map_is_one_error_naming_the_shipped_ones(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
-    with pytest.raises(ss.LayoutMapError) as error:
-        ss.convert(checkpoint, tmp_path / "out", map="gpt3-to-hf")
-    assert str(error.value) == ("unknown layout map 'gpt3-to-hf'; use one of albert-to-hf, bert-to-hf, gpt2-to-hf, "
-                                "hf-to-albert, hf-to-bert, hf-to-gpt2, or the path of a .json map file")
-    assert not os.path.exists(tmp_path / "out")
+    error = refused(checkpoint, tmp_path / "out", map="gpt3-to-hf")
+    assert str(error) == ("unknown layout map 'gpt3-to-hf'; use one of albert-to-hf, bert-to-hf, gpt2-to-hf, "
+                          "hf-to-albert, hf-to-bert, hf-to-gpt2, or the path of a .json map file")
 
 
 def test_a_checkpoint_of_another_family_names_the_first_rule_that_finds_nothing(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
-    with pytest.raises(ss.LayoutMapError) as error:
-        ss.convert(checkpoint, tmp_path / "out", map="bert-to-hf", config=tmp_path / "gpt2" / "hparams.json")
-    assert str(error.value) == (
+    error = refused(checkpoint, tmp_path / "out", map="bert-to-hf", config=tmp_path / "gpt2" / "hparams.json")
+    assert str(error) == (
         "this checkpoint is not a BERT (google-research/bert) checkpoint: rule 1 (bert/embeddings/word_embeddings -> "
         "bert.embeddings.word_embeddings.weight) matches no tensor; this map reads BERT (google-research/bert) "
         "checkpoints; this one holds model/h0/attn/c_attn/b, model/h0/attn/c_attn/w, model/h0/attn/c_proj/b, ...")
-    assert error.value.rule == "rule 1 (bert/embeddings/word_embeddings -> bert.embeddings.word_embeddings.weight)"
-    assert not os.path.exists(tmp_path / "out")
+    assert error.rule == "rule 1 (bert/embeddings/word_embeddings -> bert.embeddings.word_embeddings.weight)"
 
 
 def test_a_shape_a_transform_cannot_produce_names_its_rule_and_writes_nothing(tmp_path):
@@ -81,31 +85,25 @@ def test_a_shape_a_transform_cannot_produce_names_its_rule_and_writes_nothing(tm
     layout = write_map(tmp_path / "bad.json", [
         {"from": "model/wte", "to": "wte", "transform": [{"reshape": [5, -1]}]},
         {"from": "*", "to": "rest.{1}"}])
-    with pytest.raises(ss.LayoutMapError) as error:
-        ss.convert(checkpoint, tmp_path / "out", map=layout)
-    assert str(error.value) == ("rule 1 (model/wte -> wte) cannot convert 'model/wte' [11, 8]: cannot reshape shape "
-                                "[11, 8] (88 values) to [5, -1]; the checkpoint is not of the shapes this map expects")
-    assert not os.path.exists(tmp_path / "out")
+    error = refused(checkpoint, tmp_path / "out", map=layout)
+    assert str(error) == ("rule 1 (model/wte -> wte) cannot convert 'model/wte' [11, 8]: cannot reshape shape "
+                          "[11, 8] (88 values) to [5, -1]; the checkpoint is not of the shapes this map expects")
 
 
 def test_every_unmapped_tensor_is_reported_at_once_before_a_byte_is_written(tmp_path):
     extra = {"model/extra_a": np.ones(3, np.float32), "model/h0/attn/extra_b": np.ones(2, np.float32)}
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2", extra)
-    with pytest.raises(ss.LayoutMapError) as error:
-        ss.convert(checkpoint, tmp_path / "out", map="gpt2-to-hf")
-    assert str(error.value) == ("map 'gpt2-to-hf' has no rule for 2 tensor(s): model/extra_a, model/h0/attn/extra_b; "
-                                "add rules for them to a copy of the map, or drop them with the map's \"drop\"")
-    assert not os.path.exists(tmp_path / "out")
+    error = refused(checkpoint, tmp_path / "out", map="gpt2-to-hf")
+    assert str(error) == ("map 'gpt2-to-hf' has no rule for 2 tensor(s): model/extra_a, model/h0/attn/extra_b; "
+                          "add rules for them to a copy of the map, or drop them with the map's \"drop\"")
 
 
 def test_a_missing_config_names_the_flag(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     os.remove(tmp_path / "gpt2" / "hparams.json")
-    with pytest.raises(ss.LayoutMapError) as error:
-        ss.convert(checkpoint, tmp_path / "out", map="gpt2-to-hf")
-    assert str(error.value) == (f"no hparams.json beside '{checkpoint}'; give the GPT-2 (openai/gpt-2) config file "
-                                "with --config FILE (config= in Python)")
-    assert not os.path.exists(tmp_path / "out")
+    error = refused(checkpoint, tmp_path / "out", map="gpt2-to-hf")
+    assert str(error) == (f"no hparams.json beside '{checkpoint}'; give the GPT-2 (openai/gpt-2) config file "
+                          "with --config FILE (config= in Python)")
 
 
 def test_a_map_placeholder_without_its_wildcard_is_refused(tmp_path):

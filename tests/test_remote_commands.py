@@ -26,19 +26,10 @@ SIZES = dict(channels=(4, 8), fc_units=256, input_hw=56)  # fc/w is 1.5 MB, so b
 @pytest.fixture(scope="module")
 def adam_checkpoint(tmp_path_factory):
     """(local prefix, name -> value, trainable names) of the CNN after 2 Adam steps."""
-    directory = tmp_path_factory.mktemp("adam")
     built = graphs.mnist_cnn(**SIZES)
     with built.graph.as_default():
-        saver = v1.train.Saver()
-        init = v1.global_variables_initializer()
-        variables = v1.global_variables()
         trainable = sorted(v.op.name for v in v1.trainable_variables())
-    with v1.Session(graph=built.graph) as sess:
-        sess.run(init)
-        for step in range(2):
-            sess.run(built.tensors["train_op"], graphs.random_feed(built, seed=step))
-        prefix = saver.save(sess, str(directory / "model.ckpt"), global_step=2)
-        values = dict(zip([v.op.name for v in variables], sess.run(variables)))
+    prefix, values = graphs.trained_checkpoint(built, str(tmp_path_factory.mktemp("adam") / "model.ckpt"), steps=2)
     return prefix, values, trainable
 
 

@@ -21,20 +21,9 @@ SMALL = dict(channels=(4, 8), fc_units=32)
 @pytest.fixture(scope="module")
 def adam_checkpoint(tmp_path_factory):
     """A full tf.compat.v1.train.Saver checkpoint of the small MNIST CNN after 3 Adam steps."""
-    directory = tmp_path_factory.mktemp("adam")
     built = graphs.mnist_cnn(**SMALL)
-    with built.graph.as_default():
-        saver = v1.train.Saver()
-        init = v1.global_variables_initializer()
-        variables = v1.global_variables()
-    with v1.Session(graph=built.graph) as sess:
-        sess.run(init)
-        for step in range(3):
-            sess.run(built.tensors["train_op"], graphs.random_feed(built, seed=step))
-        prefix = saver.save(sess, str(directory / "model"), global_step=3)
-        values = dict(zip([v.op.name for v in variables], sess.run(variables)))
-        meta = prefix + ".meta"
-    return prefix, values, built.expected, meta
+    prefix, values = graphs.trained_checkpoint(built, str(tmp_path_factory.mktemp("adam") / "model"), steps=3)
+    return prefix, values, built.expected, prefix + ".meta"
 
 
 def test_dropping_adam_slots_leaves_a_third_that_restores_bit_exact(tmp_path, adam_checkpoint):
