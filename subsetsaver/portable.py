@@ -31,11 +31,18 @@ import weakref
 from . import catalog as catalog_module
 from .errors import CheckpointMismatchError, RestoreOpsMissingError
 from .formats import npz, storage
-from .formats.npz import entry_spec, evict_oldest
-from .planning.background import PendingSave, SnapshotSession, queues_for, snapshot
-from .planning.npz_layout import check_storable, compare_with_manifest, layout_of
-from .planning.npz_ops import ops_for, save_fetches_for
-from .planning.reports import describe_all
+from .planning import (
+    PendingSave,
+    SnapshotSession,
+    check_storable,
+    compare_with_manifest,
+    describe_all,
+    layout_of,
+    npz_ops_for,
+    queues_for,
+    save_fetches_for,
+    snapshot,
+)
 from .selectors import as_selector
 
 
@@ -77,7 +84,7 @@ def _matching(layouts, manifest):
     usable = [layout for layout in layouts if layout.name not in bad]
     result = (missing, mismatched, unexpected, usable, tuple(layout.name for layout in usable))
     _matchings[key] = (layouts, manifest, result)
-    evict_oldest(_matchings)
+    npz.evict_oldest(_matchings)
     return result
 
 
@@ -89,7 +96,7 @@ def _mismatch_message(path, selector_text, manifest, missing, mismatched, unexpe
     lines += describe_all(missing + mismatched)
     entries = {e.name: e for e in manifest.arrays}
     for key in unexpected[:20]:
-        shape, dtype, _ = entry_spec(entries[key])
+        shape, dtype, _ = npz.entry_spec(entries[key])
         lines.append(f"  not chosen: {key} [{', '.join(str(d) for d in shape)}] {dtype}")
     if len(unexpected) > 20:
         lines.append(f"  ... and {len(unexpected) - 20} more not chosen")
@@ -144,7 +151,7 @@ def prepare_npz(sel=None, graph=None) -> int:
     graph = graph if graph is not None else tf.compat.v1.get_default_graph()
     _, layouts = _selection(sel, graph)
     check_storable(layouts)
-    ops = ops_for(graph, layouts)
+    ops = npz_ops_for(graph, layouts)
     queues_for(graph, ops.save)  # for saves with blocking=False
     return sum(len(layout.parts) for layout in ops.layouts.values())
 
@@ -225,7 +232,7 @@ def restore_npz(sess, path, sel=None, graph=None, strict=True) -> NpzRestoreRepo
         if strict and (missing or mismatched or unexpected):
             message = _mismatch_message(path, repr(selector), manifest, missing, mismatched, unexpected, len(usable))
             raise CheckpointMismatchError(message, missing + mismatched)
-        ops = ops_for(graph, layouts)  # a finalized graph without them fails here, before reading data
+        ops = npz_ops_for(graph, layouts)  # a finalized graph without them fails here, before reading data
         ops.restore(sess, archive, restored)
     return NpzRestoreReport(
         path=path,

@@ -232,3 +232,54 @@ def test_a_prefix_s_files_are_listed_in_one_module():
     holders = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
                      if pattern.search(path.read_text(encoding="utf-8")))
     assert holders == ["formats/publish.py"]
+
+
+def _declared(room) -> set:
+    """The names ``subsetsaver/ROOM/__init__.py`` lists in ``__all__`` (None for a one-module room)."""
+    init = PACKAGE / room / "__init__.py"
+    if not init.exists():
+        return None
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def _cross_room_imports(path):
+    """(module as written, resolved, name, line) of each import of another room's code."""
+    room = _room(_dotted(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            module, names = None, None
+            for alias in node.names:
+                if alias.name.startswith("subsetsaver.") and _room(alias.name) != room:
+                    found.append((alias.name, None, node.lineno))
+            continue
+        else:
+            continue
+        if (module == "subsetsaver" or module.startswith("subsetsaver.")) and _room(module) not in (room, "__init__"):
+            found.extend((module, name, node.lineno) for name in names)
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_other_rooms_are_entered_through_their_front_door(path):
+    """Another room is imported as ``from subsetsaver.ROOM import NAME``, NAME in that room's ``__all__``."""
+    if _room(_dotted(path)) == "__init__":
+        return
+    wrong = []
+    for module, name, line in _cross_room_imports(path):
+        room = _room(module)
+        declared = _declared(room)
+        if module != f"subsetsaver.{room}" or name is None:
+            wrong.append(f"line {line}: {module} (past subsetsaver.{room}'s __init__)")
+        elif declared is not None and name not in declared:
+            wrong.append(f"line {line}: {name} (not in subsetsaver.{room}.__all__)")
+    assert wrong == [], "import another room's public names from the room itself"

@@ -32,6 +32,7 @@ from .checkpoints import (
 )
 from .dataflow import Dataflow, dataflow, no_garbage_collection
 from .keras_source import KerasVariables, is_keras_model
+from .keras_source import dtype_name as keras_dtype_name
 from .keras_source import read as read_keras
 from .records import (
     GLOBAL_STEP,
@@ -69,6 +70,7 @@ __all__ = [
     "load",
     "no_garbage_collection",
     "object_checkpoint_names",
+    "keras_dtype_name",
     "read_keras",
     "read_tensors",
     "roles_from_names",

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import os
 
-from ..formats import registry
-from ..formats.name_format import BOOKKEEPING, checkpoint_prefix, open_checked, unlisted_checkpoints_error
-from ..formats.object_format import object_checkpoint_names
+from ..formats import name_format, object_format, registry
 from .records import Catalog, CatalogEntry, value_bytes
 from .roles import Roles, roles_from_object_graph
+
+# Answered by the formats room; the catalog passes them on to its own users.
+checkpoint_prefix = name_format.checkpoint_prefix
+object_checkpoint_names = object_format.object_checkpoint_names
+unlisted_checkpoints_error = name_format.unlisted_checkpoints_error
 
 __all__ = ["checkpoint_catalog", "checkpoint_contents", "checkpoint_kind", "checkpoint_prefix", "file_catalog",
            "file_format", "object_checkpoint_names", "read_tensors", "source_path", "unlisted_checkpoints_error"]
@@ -60,9 +63,9 @@ def checkpoint_contents(prefix) -> dict:
     ``tf.train.load_checkpoint`` lists it (a partitioned variable once, with its full shape), after
     the whole index and the data files' sizes are validated; read without TensorFlow and without
     reading a value. The names are the checkpoint's keys (an object-based checkpoint's too)."""
-    with open_checked(prefix) as reader:
+    with name_format.open_checked(prefix) as reader:
         return {name: (tuple(spec.shape), spec.dtype) for name, spec in reader.specs.items()
-                if name not in BOOKKEEPING}
+                if name not in name_format.BOOKKEEPING}
 
 
 def checkpoint_kind(path) -> str:

@@ -22,7 +22,7 @@ import math
 import sys
 
 from .. import tf_internals
-from ..formats.npz import numpy_dtype
+from ..formats import npz
 from .records import GLOBAL_VARIABLES, TRAINABLE_VARIABLES, Catalog, CatalogEntry
 from .roles import Roles
 
@@ -148,7 +148,7 @@ def _nbytes(variable) -> int:
     if any(d is None for d in variable.shape):
         return 0
     try:
-        itemsize = numpy_dtype(dtype_name(variable.dtype)).itemsize
+        itemsize = npz.numpy_dtype(dtype_name(variable.dtype)).itemsize
     except (TypeError, AttributeError):
         return 0  # strings: no fixed size
     return math.prod(int(d) for d in variable.shape) * itemsize

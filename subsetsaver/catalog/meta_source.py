@@ -20,8 +20,7 @@ from __future__ import annotations
 import math
 
 from ..errors import CorruptCheckpointError
-from ..formats.meta_graph import read_meta_graph, shape_dims
-from ..formats.tf_bundle import dtypes as bundle_dtypes
+from ..formats import meta_graph, tf_bundle
 from .op_graph import VARIABLE_OPS, OpGraph, register_op_defs
 from .records import (
     GLOBAL_STEP,
@@ -59,7 +58,7 @@ def meta_catalog(path, data) -> Catalog:
     """The catalog of the binary MetaGraphDef ``data`` read from ``path``; CorruptCheckpointError
     naming the file when it does not parse or lacks what the catalog needs."""
     try:
-        meta = read_meta_graph(data)
+        meta = meta_graph.read_meta_graph(data)
         if meta.graph_def is None:
             raise CorruptCheckpointError(f"'{path}' is truncated: it ends before its graph; {PASS_A_META_FILE}")
         global_defs = meta.variable_defs(GLOBAL_VARIABLES)
@@ -142,7 +141,7 @@ def _entries(path, every, op_names, nodes, has_local):
 
 def _dtype(path, node) -> str:
     attr = node.attr.get("dtype")
-    data_type = bundle_dtypes.by_enum(attr.type % 100) if attr is not None else None  # 100+: a reference type
+    data_type = tf_bundle.dtypes.by_enum(attr.type % 100) if attr is not None else None  # 100+: a reference type
     if data_type is None:
         raise CorruptCheckpointError(unreadable(path, f"variable '{node.name}' has no dtype this library knows"))
     return data_type.name
@@ -150,7 +149,7 @@ def _dtype(path, node) -> str:
 
 def _shape(path, node) -> tuple:
     attr = node.attr.get("shape")
-    dims = shape_dims(attr.shape) if attr is not None and attr.HasField("shape") else None
+    dims = meta_graph.shape_dims(attr.shape) if attr is not None and attr.HasField("shape") else None
     if dims is None:
         return ()  # an unknown rank: what a live graph's catalog says too
     shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import math
 
-from ..formats.tf_bundle import dtypes as bundle_dtypes
+from ..formats import tf_bundle
 from .dataflow import may_be_read_forward
 from .op_graph import OpGraph
 from .roles import Roles, roles_from_names
@@ -343,4 +343,4 @@ def value_bytes(shape, dtype) -> int:
 
 
 _MATCHES_KEPT = 256
-_ITEMSIZES = {data_type.name: data_type.itemsize for data_type in bundle_dtypes.DATA_TYPES}
+_ITEMSIZES = {data_type.name: data_type.itemsize for data_type in tf_bundle.dtypes.DATA_TYPES}

@@ -4,10 +4,9 @@ import sys
 
 import click
 
-from ..planning import plan_preview
-from ..planning.sizes import smaller_text
+from ..planning import plan_preview, smaller_text
 from ..selectors import format_bytes
-from ..tools.slim import slim
+from ..tools import slim
 from .advice import remedies
 from .options import parse_remap
 from .output import (
@@ -111,7 +110,7 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def slim_command(checkpoint, expression, graph, output, force, as_json):
     """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
-    report = slim(checkpoint, expression, output, graph=graph, overwrite=force)
+    report = slim.slim(checkpoint, expression, output, graph=graph, overwrite=force)
     if not report.dropped:
         click.echo(f"warning: --keep \"{report.selector}\" drops no tensor of {report.source}, so {report.output} "
                    "is a copy of it", err=True)

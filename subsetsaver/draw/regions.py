@@ -17,7 +17,7 @@ import dataclasses
 
 from .. import catalog as catalog_module
 from ..catalog import GLOBAL_VARIABLES
-from ..planning import sizes
+from ..planning import SavedTensor, data_bytes, index_bytes
 from ..selectors import Selector
 
 
@@ -31,8 +31,8 @@ def checkpoint_bytes(catalog, names) -> int:
     # 3492
     """
     records = catalog.records_by_name
-    tensors = [sizes.SavedTensor(name, records[name].dtype, tuple(records[name].shape)) for name in sorted(names)]
-    return sizes.data_bytes(tensors) + sizes.index_bytes(tensors)
+    tensors = [SavedTensor(name, records[name].dtype, tuple(records[name].shape)) for name in sorted(names)]
+    return data_bytes(tensors) + index_bytes(tensors)
 
 
 def full_saver_names(catalog) -> list:

@@ -43,5 +43,5 @@ Example::
 """
 
 __all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "meta_graph", "name_format", "npz",
-           "npz_format", "npz_state", "object_format", "publish", "registry", "remote_storage", "safetensors_file",
+           "npz_format", "npz_state", "object_format", "progress", "publish", "registry", "remote_storage", "safetensors_file",
            "safetensors_format", "storage", "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]

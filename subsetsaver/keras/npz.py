@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import os
 
-from ..catalog import keras_source
+from ..catalog import keras_dtype_name, read_keras
 from ..errors import CheckpointMismatchError
 from ..formats import npz
-from ..formats.npz import entry_spec
-from ..planning.reports import Problem, describe_all
+from ..planning import Problem, describe_all
 from ..portable import NpzRestoreReport
 from ..selectors import as_selector
 from .common import compiled_optimizer, require_built, strategy_scope, value
@@ -40,7 +39,7 @@ def save_npz(path, model, optimizer=None, sel=None, *, checksum=npz.DEFAULT_CHEC
     """
     optimizer = compiled_optimizer(model, optimizer)
     require_built(model)
-    found = keras_source.read(model, optimizer)
+    found = read_keras(model, optimizer)
     names = _chosen(sel, found.catalog)
     arrays, info = {}, {}
     with strategy_scope(model):
@@ -70,7 +69,7 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
     with strategy_scope(model):
         if optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(model.trainable_variables)
-        found = keras_source.read(model, optimizer)
+        found = read_keras(model, optimizer)
         path = os.fspath(path)
         by_key = {(found.owner[name], found.local[name]): name for name in found.variables}
         with npz.Archive(path) as archive:
@@ -84,9 +83,9 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
                     unexpected.append(entry.name)
                     continue
                 variable = found.variables[name]
-                shape, dtype, _ = entry_spec(entry)
+                shape, dtype, _ = npz.entry_spec(entry)
                 expected_shape = tuple(int(d) for d in variable.shape)
-                expected_dtype = keras_source.dtype_name(variable.dtype)
+                expected_dtype = keras_dtype_name(variable.dtype)
                 if shape != expected_shape or dtype != expected_dtype:
                     kind = "shape" if shape != expected_shape else "dtype"
                     mismatched.append(Problem(kind, name, entry.name, expected_shape, expected_dtype, shape, dtype))
@@ -94,7 +93,7 @@ def restore_npz(path, model, optimizer=None, *, strict=True):
                 targets[entry.name] = name
             matched = set(targets.values()) | {p.name for p in mismatched}
             missing = [Problem("missing", name, name, tuple(int(d) for d in v.shape),
-                               keras_source.dtype_name(v.dtype))
+                               keras_dtype_name(v.dtype))
                        for name, v in found.variables.items() if name not in matched]
             if strict and (missing or mismatched or unexpected):
                 raise CheckpointMismatchError(_message(path, manifest, missing, mismatched, unexpected, len(targets)),

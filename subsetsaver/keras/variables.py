@@ -28,7 +28,7 @@ from ..catalog import (
     Catalog,
     CatalogEntry,
     is_keras_model,
-    keras_source,
+    keras_dtype_name,
     read_keras,
     value_bytes,
 )
@@ -139,4 +139,4 @@ def _reference(short, by_flat):
 def variable_spec(variable) -> tuple:
     """(shape tuple, dtype name) of a Keras variable or ``tf.Variable``."""
     shape = tuple(None if d is None else int(d) for d in variable.shape)
-    return shape, keras_source.dtype_name(variable.dtype)
+    return shape, keras_dtype_name(variable.dtype)

@@ -23,10 +23,13 @@ Example::
 """
 
 from .arguments import ON_MISMATCH
-from .averages import AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
+from .averages import DEFAULT_EMA_NAME, AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
 from .backends import BACKENDS, Backend, backend_class
-from .background import PendingSave
+from .background import PendingSave, SnapshotSession, queues_for, snapshot
 from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
+from .npz_layout import check_storable, compare_with_manifest, joined, layout_of
+from .npz_ops import ops_for as npz_ops_for
+from .npz_ops import save_fetches_for
 from .planner import Plan, plan
 from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
@@ -35,10 +38,12 @@ from .row_rules import RowRules, split_remap
 from .row_stream import map_rows, parse_rows_option, resolve_rows
 from .rows import INITS, RowCounts, RowMap, apply_rows
 from .scaffold import initialize_if_uninitialized, scaffold
+from .sizes import SavedTensor, data_bytes, index_bytes, smaller_text
 from .tf_backend import TfBackend
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_EMA_NAME",
     "INITS",
     "ON_MISMATCH",
     "STATE_FILENAME",
@@ -56,23 +61,36 @@ __all__ = [
     "RowCounts",
     "RowMap",
     "RowRules",
+    "SavedTensor",
+    "SnapshotSession",
     "TfBackend",
     "apply_rows",
     "average_restore_map",
     "backend_class",
+    "check_storable",
     "checkpoint_names",
     "compare_contents",
+    "compare_with_manifest",
+    "data_bytes",
     "describe_all",
     "first_line",
+    "index_bytes",
     "initialize_if_uninitialized",
+    "joined",
+    "layout_of",
     "map_rows",
+    "npz_ops_for",
     "parse_rows_option",
-    "resolve_rows",
     "plan",
     "plan_preview",
+    "queues_for",
     "renamed_names",
+    "resolve_rows",
+    "save_fetches_for",
     "scaffold",
     "shadow_names",
+    "smaller_text",
+    "snapshot",
     "split_remap",
     "suggest_remap",
 ]

@@ -38,9 +38,7 @@ import weakref
 
 from .. import tf_internals
 from ..errors import SubsetSaverWarning
-from ..formats import tf_state
-from ..formats.storage import hold_directory
-from ..formats.tf_bundle import BundleWriter
+from ..formats import storage, tf_bundle, tf_state
 from .npz_backend import NpzBackend
 from .npz_layout import layout_of
 from .npz_ops import save_fetches_for
@@ -240,7 +238,7 @@ class BundleRuns:
             self.entries.append(entries)
 
     def write(self, writer, take):
-        """Add every run's values to an open BundleWriter."""
+        """Add every run's values to an open tf_bundle.BundleWriter."""
         for index, entries in enumerate(self.entries):
             for (key, info), value in zip(entries, take(index)):
                 if info is None:
@@ -350,7 +348,7 @@ class BackgroundSaves:
         if unknown:
             raise TypeError(f"a save with blocking=False does not take {', '.join(repr(o) for o in unknown)}; "
                             f"it takes {', '.join(_OPTIONS[type(self.backend)])}")
-        hold_directory(local_directory(save_path))  # another process's lock fails now, before any snapshot
+        storage.hold_directory(local_directory(save_path))  # another process's lock fails now, before any snapshot
         extra = [] if global_step is None or isinstance(global_step, numbers.Integral) else [global_step]
         taken = snapshot(self.queues, sess, extra, if_busy)
         if taken is None:
@@ -399,7 +397,7 @@ class BackgroundSaves:
         (which publishes the files so that the checkpoint it replaces, if any, stays whole until then)."""
         saver = self.backend.saver
         final = saved_prefix(saver, sess, save_path, step)
-        with BundleWriter(final) as writer:
+        with tf_bundle.BundleWriter(final) as writer:
             self._bundle.write(writer, take)
         if write_meta_graph:
             with self.graph.as_default():  # the default graph is the thread's own

@@ -20,7 +20,6 @@ import re
 
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
 from ..formats import npz, npz_state, storage
-from ..formats.npz import entry_spec
 from .npz_layout import check_storable, compare_with_manifest, layout_of
 from .npz_ops import ops_for
 from .reports import describe_all
@@ -171,7 +170,7 @@ class NpzBackend:
     def contents(prefix) -> dict:
         """``{name: (logical shape, dtype)}`` from the file's manifest (no data read)."""
         manifest = npz.read_manifest(prefix)
-        return {entry.name: entry_spec(entry)[:2] for entry in manifest.arrays}
+        return {entry.name: npz.entry_spec(entry)[:2] for entry in manifest.arrays}
 
 
 def _step_json(step):

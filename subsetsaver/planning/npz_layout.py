@@ -19,7 +19,7 @@ import math
 
 from .. import tf_internals
 from ..errors import UnsupportedDtypeError
-from ..formats.npz import STORED_AS, entry_spec, numpy_dtype
+from ..formats import npz
 from .reports import compare_contents
 
 
@@ -54,7 +54,7 @@ class Layout:
         return self.region[1] if self.region is not None else self.shape
 
     def stored_nbytes(self) -> int:
-        return math.prod(self.stored_shape()) * numpy_dtype(self.dtype).itemsize
+        return math.prod(self.stored_shape()) * npz.numpy_dtype(self.dtype).itemsize
 
 
 def layout_of(name, parts) -> Layout:
@@ -85,7 +85,7 @@ def part_slices(layout, index):
 
 
 def check_storable(layouts):
-    unsupported = [lay for lay in layouts if lay.dtype not in STORED_AS]
+    unsupported = [lay for lay in layouts if lay.dtype not in npz.STORED_AS]
     if unsupported:
         listed = ", ".join(f"{lay.name} ({lay.dtype})" for lay in unsupported)
         raise UnsupportedDtypeError(
@@ -107,7 +107,7 @@ def joined(layout, parts):
 def compare_with_manifest(layouts, manifest, keys) -> tuple:
     """(missing, mismatched) Problems between ``layouts`` (each stored as ``keys[layout.name]``)
     and a portable file's manifest: the one comparison (:func:`~subsetsaver.planning.reports.compare_contents`)."""
-    contents = {entry.name: entry_spec(entry) for entry in manifest.arrays}
+    contents = {entry.name: npz.entry_spec(entry) for entry in manifest.arrays}
     expected = [(layout.name, keys[layout.name], layout.shape, layout.dtype, layout.region) for layout in layouts]
     problems = compare_contents(expected, contents)
     return ([p for p in problems if p.kind == "missing"], [p for p in problems if p.kind != "missing"])

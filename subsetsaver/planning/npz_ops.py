@@ -28,7 +28,7 @@ import weakref
 
 from .. import tf_internals
 from ..errors import RestoreOpsMissingError
-from ..formats.npz import evict_oldest, recycled_bytes
+from ..formats import npz
 from .npz_layout import joined, part_slices
 from .restore_ops import FeedAssignOps, feed_groups
 
@@ -210,7 +210,7 @@ class NpzOps:
         known = self._programs.get(key)
         if known is None or known[0] is not archive.manifest:
             known = self._programs[key] = (archive.manifest, RestoreProgram(self, archive, key))
-            evict_oldest(self._programs, keep=4)
+            npz.evict_oldest(self._programs, keep=4)
         program = known[1]
         feeds = program.load(archive)
         if program.target is not None:
@@ -259,7 +259,7 @@ class RestoreProgram:
         """The feed dict: every array read and checked (raises before returning anything on any problem)."""
         feeds, into = {}, {}
         for info, plan, direct in self.groups:
-            buffer = recycled_bytes(info["nbytes"] * info["count"])  # TensorFlow keeps it; given back later
+            buffer = npz.recycled_bytes(info["nbytes"] * info["count"])  # TensorFlow keeps it; given back later
             if plan is not None:
                 archive.load_rows(plan, buffer.reshape(info["count"], info["nbytes"]))
             else:

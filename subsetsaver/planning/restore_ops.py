@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from .. import tf_internals
-from ..formats.npz import numpy_dtype
+from ..formats import npz
 
 _NO_FLAT = frozenset({"int4", "uint4"})  # TF has no Pack/Unpack kernels for these: one feed per part
 
@@ -253,7 +253,7 @@ class FeedAssignOps:
                     self.slot[layout.name] = (len(self.groups), position)
                     self.assigns[layout.name] = [layout.parts[0].assign(value, read_value=False)]
                 self.groups.append({"feed": feed, "nbytes": math.prod(shape) * tf.as_dtype(dtype).size,
-                                    "count": len(members), "dtype": numpy_dtype(dtype),
+                                    "count": len(members), "dtype": npz.numpy_dtype(dtype),
                                     "shape": [len(members), *shape] if len(members) > 1 else list(shape)})
             for layout in layouts:
                 if layout.name in self.slot:

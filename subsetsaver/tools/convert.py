@@ -40,8 +40,7 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, Fix, InvalidNameError, InvalidOutputError, UnsupportedDtypeError, clipped
-from ..formats import checkpoint_writer, registry, subset_manifest
-from ..formats.npz import name_problem
+from ..formats import checkpoint_writer, npz, registry, subset_manifest
 from ..planning import renamed_names
 from ..selectors import as_selector
 
@@ -308,7 +307,7 @@ def _refuse_clashes(names, derived, source):
     for new in derived:
         holders.setdefault(new, []).append(f"the computed {new}")
     for new, olds in holders.items():
-        problem = name_problem(new)
+        problem = npz.name_problem(new)
         if problem is not None:  # a name another format allows, or an object graph's crafted full name
             written = repr(clipped(new)) if olds[0] == new else f"{clipped(olds[0])!r} as {clipped(new)!r}"
             raise InvalidNameError(f"converting '{source}' would write {written}, which no checkpoint variable is "

@@ -33,9 +33,8 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import EmptySelectionError
-from ..formats.progress import progress_bar
-from ..planning import renamed_names
-from ..planning.npz_layout import joined, layout_of
+from ..formats import progress as progress_bars
+from ..planning import joined, layout_of, renamed_names
 from ..selectors import as_selector
 
 STATUSES = ("equal", "close", "changed", "only_a", "only_b", "shape", "dtype")
@@ -135,7 +134,7 @@ def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0, progress=True) -> D
     reader_a = side_a.read([a.name for _, a, _ in compared])
     reader_b = side_b.read([b.name for _, _, b in compared])
     total = sum(a_record.nbytes + b_record.nbytes for _, a_record, b_record in compared)
-    with progress_bar(total, f"diff {os.path.basename(side_b.label) or side_b.label}", progress) as bar:
+    with progress_bars.progress_bar(total, f"diff {os.path.basename(side_b.label) or side_b.label}", progress) as bar:
         for name, a_record, b_record in compared:
             (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
             found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))

@@ -24,8 +24,7 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
-from ..formats import checkpoint_writer, registry
-from ..formats.tf_bundle import dtypes as bundle_dtypes
+from ..formats import checkpoint_writer, registry, tf_bundle
 from ..planning import map_rows, renamed_names, resolve_rows
 from ..selectors import as_selector
 
@@ -34,7 +33,7 @@ FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 
 def _numpy_float(name):
     """The numpy dtype of float type ``name``; ml_dtypes (bfloat16) is imported only when a cast needs it."""
-    return next(bundle_dtypes.numpy_dtype(data_type) for data_type in bundle_dtypes.DATA_TYPES
+    return next(tf_bundle.dtypes.numpy_dtype(data_type) for data_type in tf_bundle.dtypes.DATA_TYPES
                 if data_type.name == name)
 
 

@@ -28,8 +28,7 @@ import os
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, InvalidOutputError
-from ..formats import checkpoint_writer, publish, registry
-from ..formats.subset_manifest import manifest_content
+from ..formats import checkpoint_writer, publish, registry, subset_manifest
 from ..selectors import as_selector
 
 
@@ -87,7 +86,7 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
     checkpoint_writer.write_checkpoint(
         output, catalog_module.read_tensors(source, kept), checkpoint_format=registry.NAME, sources=[source],
         overwrite=overwrite, specs=[(n, records[n].shape, records[n].dtype) for n in kept],
-        manifest=manifest_content(
+        manifest=subset_manifest.manifest_content(
             selector=repr(selector),
             variables=[
                 {"name": n, "checkpoint_name": n, "shape": list(records[n].shape), "dtype": records[n].dtype,

@@ -24,14 +24,15 @@ Example::
 """
 
 from ..errors import NoSaverError
-from ..planning.averages import (
+from ..planning import (
     DEFAULT_EMA_NAME,
     AverageRestorer,
     AverageRestoreReport,
     average_restore_map,
+    initialize_if_uninitialized,
+    scaffold,
     shadow_names,
 )
-from ..planning.scaffold import initialize_if_uninitialized, scaffold
 from .hooks import PlanSaverHook, StaleStatsHook
 from .preemption import Preemptible, PreemptionHook, preemptible
 from .warm_start import WarmStart, warm_start

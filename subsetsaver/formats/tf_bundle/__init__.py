@@ -27,9 +27,10 @@ Example::
     # (('dense/b', 'dense/w'), 'float32', (10,))
 """
 
+from . import dtypes
 from .index import FormatVersion, TensorSpec, data_path, index_path
 from .reader import BundleReader
 from .writer import BundleWriter, publish_staged, shard_count_for, write
 
-__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "index_path", "publish_staged", "shard_count_for",
-           "write"]
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "dtypes", "index_path", "publish_staged",
+           "shard_count_for", "write"]
