@@ -13,8 +13,9 @@ import object_servers
 import pytest
 
 from subsetsaver.errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError
-from subsetsaver.formats import remote_storage
-from subsetsaver.formats.remote_storage import CREDENTIALS, LOCK_NAME, PART_BYTES, RemoteStorage, merge_ranges
+from subsetsaver.formats import remote_ranges, remote_storage
+from subsetsaver.formats.remote_ranges import PART_BYTES, merge_ranges
+from subsetsaver.formats.remote_storage import CREDENTIALS, LOCK_NAME, RemoteStorage
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
@@ -98,6 +99,67 @@ def test_only_the_asked_bytes_cross_the_wire(server_store):
     assert relay.requests == 4
     # what was skipped between the small ranges, plus HTTP headers
     assert asked < relay.received <= asked + 63 * 512 + 4 * 2048, (relay.received, asked)
+
+
+@pytest.fixture
+def small_streams(monkeypatch):
+    """Runs of 8 MiB or more are streamed, through a queue of 4 chunks of 256 KiB (so it fills and waits)."""
+    monkeypatch.setattr(remote_ranges, "STREAM_MIN_BYTES", 8 * MiB)
+    monkeypatch.setattr(remote_ranges, "CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(remote_ranges, "QUEUED_CHUNKS", 4)
+
+
+def test_a_long_run_of_ranges_is_one_streamed_request(server_store, small_streams):
+    storage = storage_for(server_store)
+    data = pattern(40 * MiB, seed=3)
+    url = server_store.url("model.data-00000-of-00001")
+    write(storage, url, data)
+    run = [(0, 5 * MiB), (5 * MiB, 7 * MiB + 3), (12 * MiB + 100, 9 * MiB), (21 * MiB + 100, 0)]  # 100 B skipped
+    ranges = run + [(30 * MiB, MiB)]  # alone and short: in parts
+    relay = server_store.relay
+    relay.reset()
+
+    got = [bytes(view) for view in storage.read_ranges(url, ranges)]
+    requests, received = relay.requests, relay.received
+    buffers = [np.zeros(length, dtype=np.uint8) for _, length in ranges]
+    handed = list(storage.read_ranges(url, ranges, into=buffers))
+
+    assert got == [data[offset:offset + length] for offset, length in ranges]
+    assert [buffer.tobytes() for buffer in buffers] == got
+    assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
+    assert requests == 2
+    asked = sum(length for _, length in ranges)
+    assert asked + 100 < received <= asked + 100 + 2 * 2048
+
+
+def test_a_streamed_read_left_early_stops_and_the_next_one_starts(server_store, small_streams):
+    storage = storage_for(server_store)
+    data = pattern(24 * MiB, seed=4)
+    url = server_store.url("blob")
+    write(storage, url, data)
+    ranges = [(0, MiB), (MiB, 23 * MiB)]
+
+    reading = storage.read_ranges(url, ranges)
+    first = bytes(next(reading))
+    reading.close()  # the reader stops after the first range: the request is dropped, nothing waits
+    again = [bytes(view) for view in storage.read_ranges(url, ranges)]
+
+    assert first == data[:MiB]
+    assert again == [data[:MiB], data[MiB:]]
+
+
+def test_a_short_object_read_in_one_stream_is_named_with_its_length(server_store, small_streams):
+    storage = storage_for(server_store)
+    url = server_store.url("model.data-00000-of-00001")
+    write(storage, url, pattern(9 * MiB))
+
+    for ranges in ([(0, 10 * MiB)], [(10 * MiB, 9 * MiB)]):  # cut short; begins past the end
+        with pytest.raises(CorruptCheckpointError) as caught:
+            list(storage.read_ranges(url, ranges))
+        assert str(caught.value) == (
+            f"'{url}' is {9 * MiB} bytes long but its index says bytes up to {sum(ranges[0])} are in it: the "
+            "object is short (an upload that did not finish, or a data file of another checkpoint); write the "
+            "checkpoint again")
 
 
 def test_answers_about_an_object_are_reused_only_while_fresh(server_store, monkeypatch):

@@ -12,7 +12,8 @@
 - ``storage``: the file layer: every file question (exists, list, ranged reads, atomic
   writes, rename, remove, the writer lock) for local paths and URLs, answered by one
   backend per scheme: ``local_files`` (the operating system; durable writes, ``flock``),
-  ``remote_storage`` (buckets through fsspec), ``gfile_files`` (schemes only TensorFlow serves).
+  ``remote_storage`` (buckets through fsspec; ``remote_ranges``: which requests wanted ranges become, a
+  long run read in one streamed request), ``gfile_files`` (schemes only TensorFlow serves).
 - ``npz``: the portable ``.npz`` checkpoint format (a package: format, writer, reader, ...).
 - ``npz_state``: ``checkpoint_npz.json``, the state file of a directory of portable
   checkpoints (the latest file, the kept ones).
@@ -43,5 +44,5 @@ Example::
 """
 
 __all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "meta_graph", "name_format", "npz",
-           "npz_format", "npz_state", "object_format", "progress", "publish", "registry", "remote_storage", "safetensors_file",
+           "npz_format", "npz_state", "object_format", "progress", "publish", "registry", "remote_ranges", "remote_storage", "safetensors_file",
            "safetensors_format", "storage", "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]

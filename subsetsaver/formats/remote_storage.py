@@ -4,9 +4,9 @@ One ``RemoteStorage`` per protocol answers the file layer's questions for full U
 ``gs://bucket/run/model.ckpt-5.index``. fsspec and the store's client library (gcsfs, s3fs) are
 imported when the first URL of that protocol is used, and find their credentials as they always do.
 
-- Reads fetch only the byte ranges asked for: neighbouring ranges are merged when little lies
-  between them, long ones are split in parts, and several requests are in flight at once. Memory
-  holds the range being handed out plus at most ``IN_FLIGHT_BYTES`` requested ahead.
+- Reads fetch only the byte ranges asked for: neighbouring ranges are merged when little lies between
+  them; a long run is one streamed request (``remote_ranges``), other ranges go in parts, several in
+  flight. Memory holds the range being handed out plus at most ``IN_FLIGHT_BYTES`` requested ahead.
 - An object written through ``replacing`` appears whole when the block ends cleanly and never
   appears if it raises: the upload is finalized on close and cancelled on error. Object stores have
   no rename (``can_rename`` is False): writers upload data first and the commit object last.
@@ -18,10 +18,8 @@ imported when the first URL of that protocol is used, and find their credentials
 
 Example::
 
-    storage = RemoteStorage("gs")
-    storage.size("gs://bucket/run/model.ckpt-5.index")
-    # 4117
-    [bytes(part) for part in storage.read_ranges("gs://bucket/run/notes.txt", [(0, 5), (9, 3)])]
+    RemoteStorage("gs").size("gs://bucket/run/model.ckpt-5.index")  # 4117
+    [bytes(part) for part in RemoteStorage("gs").read_ranges("gs://bucket/run/notes.txt", [(0, 5), (9, 3)])]
     # [b'hello', b'abc']
 """
 
@@ -42,17 +40,11 @@ import tempfile
 import threading
 import time
 
-import numpy as np
-
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
+from . import remote_ranges
 from .local_files import RangeReader
+from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
-MERGE_GAP = 1 << 20
-"""Most bytes between two ranges that one request may read through instead of making two requests."""
-WASTE_ALLOWANCE = 64 << 10
-"""Bytes a merged request may read that nobody asked for, plus 1/32 of the bytes asked for in it."""
-PART_BYTES = 4 << 20
-"""Size of one request: longer ranges are fetched in parts, shorter neighbours merged up to it."""
 IN_FLIGHT_BYTES = 16 << 20
 """Most bytes requested ahead of the range being handed out."""
 MAX_REQUESTS = 16
@@ -337,6 +329,23 @@ class RemoteStorage:
         return buffer
 
     def _stream(self, path, blocks):
+        """The views of ``blocks`` in order: a long run in one streamed request, the rest in parts."""
+        opener, batch = remote_ranges.body_reader(self.filesystem), []
+        for run in remote_ranges.runs(blocks, MERGE_GAP) if opener else [blocks]:
+            if opener and remote_ranges.worth_streaming(run):
+                yield from self._in_parts(path, batch)
+                batch = []
+                try:
+                    with self._translated(path, "read"):
+                        yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
+                except RemoteStorageError:
+                    self._check_reaches(path, run[-1].end)  # a range past the end is refused, not cut short
+                    raise
+            else:
+                batch.extend(run)
+        yield from self._in_parts(path, batch)
+
+    def _in_parts(self, path, blocks):
         filesystem = self.filesystem
         parts = collections.deque((block, start, end) for block in blocks for start, end in block.parts())
         pending = collections.deque()  # (block, start, end, future), in the order of `parts`
@@ -377,10 +386,13 @@ class RemoteStorage:
             self._check_reaches(path, end)
             raise
         if len(data) != end - start:
-            self._check_reaches(path, end)
-            raise CorruptCheckpointError(f"'{path}' gave {len(data)} bytes for bytes {start}..{end} of it; the "
-                                         "object changed while it was read: read it again")
+            self._ended_early(path, start + len(data), end)
         return data
+
+    def _ended_early(self, path, position, end):
+        self._check_reaches(path, end)
+        raise CorruptCheckpointError(f"'{path}' ended at byte {position} while bytes up to {end} were read; the "
+                                     "object changed while it was read: read it again")
 
     def _check_reaches(self, path, end):
         size = self.size(path)
@@ -419,75 +431,6 @@ class RemoteStorage:
         if "nosuchbucket" in text or "bucket does not exist" in text or "not found" in text:
             return "check the bucket's name, or create the bucket first"
         return "check the URL, the network and the store's status, then try again"
-
-
-class Block:
-    """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range
-    (or, for a range given a buffer, that buffer filled). ``into``: the buffer the whole block lands in."""
-
-    def __init__(self, offset, length, into=None, target=None):
-        self.start, self.end = offset, offset + length
-        self.members = [(offset, length, target)]
-        self.direct = into is not None
-        self.buffer = np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8) if self.direct else None
-        self.missing = 0
-
-    @property
-    def length(self):
-        return self.end - self.start
-
-    def parts(self):
-        self.missing = self.length
-        return [(start, min(start + PART_BYTES, self.end)) for start in range(self.start, self.end, PART_BYTES)]
-
-    def fill(self, start, data):
-        if self.buffer is None:  # np.empty: pages become resident only as parts arrive
-            self.buffer = np.empty(self.length, dtype=np.uint8)
-        self.buffer[start - self.start:start - self.start + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self.missing -= len(data)
-
-    def views(self):
-        whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")
-        handed = []
-        for offset, length, target in self.members:
-            piece = whole[offset - self.start:offset - self.start + length]
-            if target is not None and not self.direct:
-                target[:] = piece
-            handed.append(piece if target is None else target)
-        return handed
-
-    def release(self):
-        """Let go of the bytes and the callers' buffers, once handed out."""
-        self.buffer = None
-        self.members = [(offset, length, None) for offset, length, _ in self.members]
-
-
-def merge_ranges(ranges, into=None) -> list:
-    """Blocks of the ``(offset, length)`` ranges, in order: a range joins the previous block when it
-    starts at or after that block's end, little is skipped to reach it, and the block stays within a part.
-    With ``into`` (a buffer per range), a range of ``MERGE_GAP`` or more is its own block, fetched into its buffer.
-
-    >>> [(block.start, block.end) for block in merge_ranges([(0, 10), (12, 4), (5000000, 8)])]
-    [(0, 16), (5000000, 5000008)]
-    """
-    blocks = []
-    for number, (offset, length) in enumerate(ranges):
-        target = None if into is None else into[number]
-        if target is not None and length >= MERGE_GAP:
-            blocks.append(Block(offset, length, into=target, target=target))
-            continue
-        block = blocks[-1] if blocks else None
-        if block is not None and length and block.length and not block.direct:
-            gap = offset - block.end
-            asked = sum(member[1] for member in block.members) + length
-            skipped = block.length - (asked - length) + gap
-            if (0 <= gap <= MERGE_GAP and offset + length - block.start <= PART_BYTES
-                    and skipped <= WASTE_ALLOWANCE + asked // 32):
-                block.members.append((offset, length, target))
-                block.end = offset + length
-                continue
-        blocks.append(Block(offset, length, target=target))
-    return blocks
 
 
 class RemoteReader(RangeReader):

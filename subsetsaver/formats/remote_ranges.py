@@ -1,0 +1,229 @@
+"""Which requests the wanted byte ranges of an object in a bucket become; the streamed read of a long run.
+
+Neighbouring ranges are merged into one ``Block`` when little lies between them, and a block is
+fetched in parts of ``PART_BYTES``. A long run of blocks is instead asked for in one request and
+read as its body arrives.
+
+Reading a data file in parts costs a request per part: its latency, its bill, and on some servers
+(moto's S3) a fresh read of the whole object for each one. A run of wanted bytes of at least
+``STREAM_MIN_BYTES`` is therefore asked for once. Its body is handed from the client's event loop
+to the reader through a queue of at most ``QUEUED_CHUNKS`` chunks of ``CHUNK_BYTES``, so memory stays
+bounded whatever the run's length. Only clients that expose a streamed body are served (s3fs,
+gcsfs); ``body_reader`` says None for the others, which read in parts.
+
+Example (inside ``RemoteStorage``)::
+
+    opener = body_reader(filesystem)
+    for view in stream_run(filesystem, opener, "s3://bucket/model.data-00000-of-00001", blocks, on_short):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+
+import numpy as np
+
+MERGE_GAP = 1 << 20
+"""Most bytes between two ranges that one request may read through instead of making two requests."""
+WASTE_ALLOWANCE = 64 << 10
+"""Bytes a merged request may read that nobody asked for, plus 1/32 of the bytes asked for in it."""
+PART_BYTES = 4 << 20
+"""Size of one request: longer ranges are fetched in parts, shorter neighbours merged up to it."""
+
+STREAM_MIN_BYTES = 32 << 20
+"""Shortest run of wanted bytes read in one streamed request (shorter ones are read in parts)."""
+CHUNK_BYTES = 1 << 20
+"""Most bytes taken from a streamed body at once."""
+QUEUED_CHUNKS = 16
+"""Most chunks held between the network and the reader."""
+
+_END = object()
+
+
+def body_reader(filesystem):
+    """``opener(filesystem, path, start, end)``: an async context giving ``read(n)`` over those bytes; None
+    when the client has no streamed body."""
+    client = type(filesystem).__module__.split(".")[0]
+    return {"s3fs": _s3_body, "gcsfs": _gcs_body}.get(client) if getattr(filesystem, "loop", None) else None
+
+
+def runs(blocks, max_gap) -> list:
+    """``blocks`` cut into runs of consecutive, non-empty blocks at most ``max_gap`` apart, in order.
+
+    >>> class B:
+    ...     def __init__(self, start, end): self.start, self.end, self.length = start, end, end - start
+    >>> [[(b.start, b.end) for b in run] for run in runs([B(0, 10), B(12, 20), B(99, 100), B(5, 5)], 8)]
+    [[(0, 10), (12, 20)], [(99, 100)], [(5, 5)]]
+    """
+    found = []
+    for block in blocks:
+        last = found[-1][-1] if found else None
+        if (last is not None and block.length and last.length
+                and 0 <= block.start - last.end <= max_gap):
+            found[-1].append(block)
+        else:
+            found.append([block])
+    return found
+
+
+def worth_streaming(run) -> bool:
+    """True when a run is long enough that one request beats a request per part."""
+    return bool(run[0].length) and run[-1].end - run[0].start >= STREAM_MIN_BYTES
+
+
+def stream_run(filesystem, opener, path, blocks, on_short):
+    """Yield the views of each of ``blocks`` (a run) as the one request's body fills them.
+    ``on_short(path, position, end)`` raises when the body ends at ``position``, before the run's ``end``."""
+    start, end = blocks[0].start, blocks[-1].end
+    chunks = queue.Queue(QUEUED_CHUNKS)
+    stop = threading.Event()
+    pump = asyncio.run_coroutine_threadsafe(_pump(opener, filesystem, path, start, end, chunks, stop),
+                                            filesystem.loop)
+    position, number = start, 0
+    for block in blocks:
+        block.missing = block.length
+    try:
+        while number < len(blocks):
+            item = chunks.get()
+            if item is _END:
+                on_short(path, position, end)
+            if isinstance(item, BaseException):
+                raise item
+            data = memoryview(item).cast("B")
+            first, position = position, position + len(data)
+            while number < len(blocks):
+                block = blocks[number]
+                low, high = max(first, block.start), min(position, block.end)
+                if low < high:
+                    block.fill(low, data[low - first:high - first])
+                if block.end > position:
+                    break
+                yield from block.views()
+                block.release()
+                number += 1
+    finally:
+        stop.set()
+        pump.cancel()
+
+
+async def _pump(opener, filesystem, path, start, end, chunks, stop):
+    try:
+        async with opener(filesystem, path, start, end) as read:
+            while not stop.is_set():
+                data = await read(CHUNK_BYTES)
+                if not data:
+                    break
+                await _put(chunks, data, stop)
+        await _put(chunks, _END, stop)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # handed to the reader, which raises it in its own thread
+        await _put(chunks, error, stop)
+
+
+async def _put(chunks, item, stop):
+    while not stop.is_set():
+        try:
+            chunks.put_nowait(item)
+            return
+        except queue.Full:
+            await asyncio.sleep(0.002)
+
+
+@contextlib.asynccontextmanager
+async def _s3_body(filesystem, path, start, end):
+    bucket, key, version = filesystem.split_path(path)
+    asked = {"VersionId": version} if version else {}
+    response = await filesystem._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                         **asked, **filesystem.req_kw)
+    body = response["Body"]
+    try:
+        yield body.read
+    finally:
+        body.close()
+
+
+@contextlib.asynccontextmanager
+async def _gcs_body(filesystem, path, start, end):
+    from gcsfs.retry import validate_response
+
+    await filesystem._set_session()
+    async with filesystem.session.get(url=filesystem.url(path), params=filesystem._get_params({}),
+                                      headers=filesystem._get_headers({"Range": f"bytes={start}-{end - 1}"}),
+                                      timeout=filesystem.requests_timeout) as response:
+        if response.status >= 400:
+            validate_response(response.status, await response.read(), path)
+        yield response.content.read
+
+
+class Block:
+    """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range
+    (or, for a range given a buffer, that buffer filled). ``into``: the buffer the whole block lands in."""
+
+    def __init__(self, offset, length, into=None, target=None):
+        self.start, self.end = offset, offset + length
+        self.members = [(offset, length, target)]
+        self.direct = into is not None
+        self.buffer = np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8) if self.direct else None
+        self.missing = 0
+
+    @property
+    def length(self):
+        return self.end - self.start
+
+    def parts(self):
+        self.missing = self.length
+        return [(start, min(start + PART_BYTES, self.end)) for start in range(self.start, self.end, PART_BYTES)]
+
+    def fill(self, start, data):
+        if self.buffer is None:  # np.empty: pages become resident only as parts arrive
+            self.buffer = np.empty(self.length, dtype=np.uint8)
+        self.buffer[start - self.start:start - self.start + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.missing -= len(data)
+
+    def views(self):
+        whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")
+        handed = []
+        for offset, length, target in self.members:
+            piece = whole[offset - self.start:offset - self.start + length]
+            if target is not None and not self.direct:
+                target[:] = piece
+            handed.append(piece if target is None else target)
+        return handed
+
+    def release(self):
+        """Let go of the bytes and the callers' buffers, once handed out."""
+        self.buffer = None
+        self.members = [(offset, length, None) for offset, length, _ in self.members]
+
+
+def merge_ranges(ranges, into=None) -> list:
+    """Blocks of the ``(offset, length)`` ranges, in order: a range joins the previous block when it
+    starts at or after that block's end, little is skipped to reach it, and the block stays within a part.
+    With ``into`` (a buffer per range), a range of ``MERGE_GAP`` or more is its own block, fetched into its buffer.
+
+    >>> [(block.start, block.end) for block in merge_ranges([(0, 10), (12, 4), (5000000, 8)])]
+    [(0, 16), (5000000, 5000008)]
+    """
+    blocks = []
+    for number, (offset, length) in enumerate(ranges):
+        target = None if into is None else into[number]
+        if target is not None and length >= MERGE_GAP:
+            blocks.append(Block(offset, length, into=target, target=target))
+            continue
+        block = blocks[-1] if blocks else None
+        if block is not None and length and block.length and not block.direct:
+            gap = offset - block.end
+            asked = sum(member[1] for member in block.members) + length
+            skipped = block.length - (asked - length) + gap
+            if (0 <= gap <= MERGE_GAP and offset + length - block.start <= PART_BYTES
+                    and skipped <= WASTE_ALLOWANCE + asked // 32):
+                block.members.append((offset, length, target))
+                block.end = offset + length
+                continue
+        blocks.append(Block(offset, length, target=target))
+    return blocks
