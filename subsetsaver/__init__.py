@@ -14,9 +14,9 @@ Example::
     print(sel.explain(graph))
 """
 
-from . import keras
+import importlib
+
 from .audit import Finding, Severity, audit, audit_values
-from .draw import draw_plan, draw_sets
 from .errors import (
     Blank,
     CheckpointMismatchError,
@@ -43,9 +43,6 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedRegexError,
 )
-from .layouts import convert
-from .planning import RowMap, plan
-from .portable import restore_npz, save_npz
 from .selectors import (
     Selector,
     averages,
@@ -63,11 +60,45 @@ from .selectors import (
     trainable,
     variables,
 )
-from .tools.average import average
-from .tools.diff import diff
-from .tools.rewrite import rewrite
-from .training import PlanSaverHook, StaleStatsHook, warm_start
 from .version import __version__
+
+# The rooms below load when one of their names is first used, so that ``import subsetsaver.cli``
+# (every command line run) does not pay for what the command does not use.
+_LAZY = {
+    "keras": ("keras", None),
+    "draw_plan": ("draw", "draw_plan"),
+    "draw_sets": ("draw", "draw_sets"),
+    "convert": ("layouts", "convert"),
+    "RowMap": ("planning", "RowMap"),
+    "plan": ("planning", "plan"),
+    "restore_npz": ("portable", "restore_npz"),
+    "save_npz": ("portable", "save_npz"),
+    "average": ("tools.average", "average"),
+    "diff": ("tools.diff", "diff"),
+    "rewrite": ("tools.rewrite", "rewrite"),
+    "PlanSaverHook": ("training", "PlanSaverHook"),
+    "StaleStatsHook": ("training", "StaleStatsHook"),
+    "warm_start": ("training", "warm_start"),
+}
+
+
+_ROOMS = ("catalog", "cli", "draw", "formats", "layouts", "planning", "portable", "tools", "training")
+
+
+def __getattr__(name):
+    """Load a public name's room on first use (``ss.plan``, ``ss.keras``, ``ss.training``, ...)."""
+    if name not in _LAZY and name not in _ROOMS:
+        raise AttributeError(f"module 'subsetsaver' has no attribute '{name}'")
+    module, attribute = _LAZY.get(name, (name, None))
+    loaded = importlib.import_module(f".{module}", __name__)
+    value = loaded if attribute is None else getattr(loaded, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_ROOMS))
+
 
 __all__ = [
     "__version__",

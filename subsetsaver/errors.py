@@ -307,3 +307,17 @@ class RemoteStorageError(SubsetSaverError, OSError):
         self.url = url
         self.fix = fix
         super().__init__(f"{message}: {fix}" if fix else message, path=url or None)
+
+
+_TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
+
+
+def first_line(error) -> str:
+    """The line of an error that says what went wrong; for a TensorFlow OpError, its cause
+    (e.g. "... Checksum does not match ...") rather than "Graph execution error:"."""
+    text = (getattr(error, "message", None) or str(error)).strip()
+    lines = [line for line in text.splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith(_TENSORFLOW_NOISE)]
+    if lines:
+        return lines[0]
+    return text.splitlines()[0] if text else type(error).__name__

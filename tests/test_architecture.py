@@ -283,3 +283,43 @@ def test_other_rooms_are_entered_through_their_front_door(path):
         elif declared is not None and name not in declared:
             wrong.append(f"line {line}: {name} (not in subsetsaver.{room}.__all__)")
     assert wrong == [], "import another room's public names from the room itself"
+
+
+def _lazy_table(path, name):
+    """The dict literal assigned to ``name`` in ``path``."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{name} not found in {path}")
+
+
+def _defines(module_path, attribute) -> bool:
+    tree = ast.parse(module_path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == attribute:
+            return True
+        if isinstance(node, ast.ImportFrom) and any((alias.asname or alias.name) == attribute for alias in node.names):
+            return True
+    return False
+
+
+def test_names_loaded_on_first_use_are_found_and_only_two_tables_load_them():
+    """The package's public names and the CLI's commands load on first use (``importlib``), from two
+    tables: each entry names a module that defines it, and no other module imports by name at run time."""
+    public = _lazy_table(PACKAGE / "__init__.py", "_LAZY")
+    commands = _lazy_table(PACKAGE / "cli" / "__init__.py", "COMMANDS")
+    missing = []
+    for module, attribute in public.values():
+        path = PACKAGE / module.replace(".", "/")
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if not path.exists() or (attribute is not None and not _defines(path, attribute)):
+            missing.append(f"{module}.{attribute}")
+    for module, attribute in commands.values():
+        path = PACKAGE / "cli" / f"{module}.py"
+        if not path.exists() or not _defines(path, attribute):
+            missing.append(f"cli.{module}.{attribute}")
+    own_code = re.compile(r"import_module\(f?[\"']\.|import_module\(f?[\"']subsetsaver")  # not a user's module
+    loaders = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
+                     if own_code.search(path.read_text(encoding="utf-8")))
+    assert missing == []
+    assert loaders == ["__init__.py", "cli/__init__.py"]

@@ -10,36 +10,53 @@ Example::
     $ subsetsaver inspect ckpt/model-1000 --json
 """
 
+import importlib
 import sys
 
 import click
 
-from ..errors import SubsetSaverError
-from ..planning import first_line
+from ..errors import SubsetSaverError, first_line
 from .advice import render
-from .audit_command import audit_command
-from .catalog_commands import inspect_command, select_command
-from .convert_command import convert_command
-from .draw_command import draw_command
-from .plan_commands import plan_command, slim_command
 from .quiet import quiet
-from .tool_commands import average_command, diff_command, rewrite_command
 
 __all__ = ["cli", "main"]
 
+COMMANDS = {
+    "inspect": ("catalog_commands", "inspect_command"),
+    "select": ("catalog_commands", "select_command"),
+    "plan": ("plan_commands", "plan_command"),
+    "audit": ("audit_command", "audit_command"),
+    "draw": ("draw_command", "draw_command"),
+    "slim": ("plan_commands", "slim_command"),
+    "convert": ("convert_command", "convert_command"),
+    "rewrite": ("tool_commands", "rewrite_command"),
+    "diff": ("tool_commands", "diff_command"),
+    "average": ("tool_commands", "average_command"),
+}
+"""Each command and the module of this package that defines it: a module loads, with the rooms it
+uses, only when its command runs or its help is shown (``inspect`` never loads planning or Keras)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class CommandTable(click.Group):
+    """A click group whose commands are loaded from ``COMMANDS`` on first use."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+
+
+@click.group(cls=CommandTable, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="subsetsaver")
 @click.option("--verbose", is_flag=True, help="Show TensorFlow's own log lines and whole Python warnings.")
 @click.pass_context
 def cli(ctx, verbose):
     """Save and restore exactly the TensorFlow 1 variables you choose."""
     ctx.with_resource(quiet(verbose))
-
-
-for command in (inspect_command, select_command, plan_command, audit_command, draw_command, slim_command,
-                convert_command, rewrite_command, diff_command, average_command):
-    cli.add_command(command)
 
 
 def main(argv=None):
@@ -55,7 +72,7 @@ def main(argv=None):
         error.show()
         sys.exit(error.exit_code)
     except SubsetSaverError as error:
-        click.echo(f"subsetsaver: error: {render(error, cli.commands.get(command))}", err=True)
+        click.echo(f"subsetsaver: error: {render(error, cli.get_command(None, command))}", err=True)
         sys.exit(2)
     except (OSError, ValueError, TypeError) as error:
         click.echo(f"subsetsaver: error: {error}", err=True)

@@ -20,7 +20,6 @@ Example (inside ``RemoteStorage``)::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import threading
@@ -78,6 +77,8 @@ def worth_streaming(run) -> bool:
 def stream_run(filesystem, opener, path, blocks, on_short):
     """Yield the views of each of ``blocks`` (a run) as the one request's body fills them.
     ``on_short(path, position, end)`` raises when the body ends at ``position``, before the run's ``end``."""
+    import asyncio  # loaded with the first remote read, not by every command
+
     start, end = blocks[0].start, blocks[-1].end
     chunks = queue.Queue(QUEUED_CHUNKS)
     stop = threading.Event()
@@ -119,13 +120,13 @@ async def _pump(opener, filesystem, path, start, end, chunks, stop):
                     break
                 await _put(chunks, data, stop)
         await _put(chunks, _END, stop)
-    except asyncio.CancelledError:
-        raise
-    except Exception as error:  # handed to the reader, which raises it in its own thread
+    except Exception as error:  # handed to the reader, which raises it; a cancelled pump just ends
         await _put(chunks, error, stop)
 
 
 async def _put(chunks, item, stop):
+    import asyncio
+
     while not stop.is_set():
         try:
             chunks.put_nowait(item)

@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import collections
 import concurrent.futures
@@ -372,6 +371,8 @@ class RemoteStorage:
 
     def _fetch(self, filesystem, path, start, end):
         if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
+            import asyncio  # loaded with the first remote read, not by every command
+
             return asyncio.run_coroutine_threadsafe(filesystem._cat_file(path, start=start, end=end),
                                                     filesystem.loop)
         if self._executor is None:

@@ -33,7 +33,7 @@ from .npz_ops import save_fetches_for
 from .planner import Plan, plan
 from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
-from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
+from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all
 from .row_rules import RowRules, split_remap
 from .row_stream import map_rows, parse_rows_option, resolve_rows
 from .rows import INITS, RowCounts, RowMap, apply_rows
@@ -73,7 +73,6 @@ __all__ = [
     "compare_with_manifest",
     "data_bytes",
     "describe_all",
-    "first_line",
     "index_bytes",
     "initialize_if_uninitialized",
     "joined",

@@ -21,9 +21,9 @@ import os
 from .. import catalog as catalog_module
 from .. import tf_internals
 from ..catalog import roles_from_names
-from ..errors import CorruptCheckpointError, UninitializedVariablesError
+from ..errors import CorruptCheckpointError, UninitializedVariablesError, first_line
 from ..selectors import as_selector
-from .reports import CheckReport, RestoreReport, compare_contents, first_line
+from .reports import CheckReport, RestoreReport, compare_contents
 from .restore_ops import CheckpointRestoreOps
 
 DEFAULT_EMA_NAME = "ExponentialMovingAverage"

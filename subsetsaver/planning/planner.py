@@ -38,6 +38,7 @@ from ..errors import (
     SubsetSaverError,
     SubsetSaverWarning,
     UninitializedVariablesError,
+    first_line,
 )
 from ..formats import subset_manifest
 from ..selectors import format_bytes
@@ -48,7 +49,7 @@ from .averages import AverageRestorer
 from .backends import backend_class
 from .background import BackgroundSaves
 from .remap import checkpoint_names, nearest_names, suggest_remap
-from .reports import CheckReport, Problem, RestoreReport, compare_contents, first_line
+from .reports import CheckReport, Problem, RestoreReport, compare_contents
 from .row_rules import RowRules, split_remap
 from .tf_backend import TfBackend
 

@@ -20,9 +20,6 @@ import dataclasses
 from ..errors import CheckpointMismatchError, Fix, with_fixes
 
 LISTED_UNEXPECTED = 20
-_TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
-
-
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One difference between a plan and a checkpoint.
@@ -221,14 +218,3 @@ def _compatible(expected, found) -> bool:
 def describe_all(problems) -> list:
     """One indented line per problem, as every mismatch message lists them."""
     return ["  " + problem.describe() for problem in problems]
-
-
-def first_line(error) -> str:
-    """The line of an error that says what went wrong; for a TensorFlow OpError, its cause
-    (e.g. "... Checksum does not match ...") rather than "Graph execution error:"."""
-    text = (getattr(error, "message", None) or str(error)).strip()
-    lines = [line for line in text.splitlines()
-             if line.strip() and not line[0].isspace() and not line.startswith(_TENSORFLOW_NOISE)]
-    if lines:
-        return lines[0]
-    return text.splitlines()[0] if text else type(error).__name__
