@@ -171,6 +171,7 @@ class Block:
         self.direct = into is not None
         self.buffer = np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8) if self.direct else None
         self.missing = 0
+        self.handed_out = False
 
     @property
     def length(self):
@@ -200,6 +201,7 @@ class Block:
         """Let go of the bytes and the callers' buffers, once handed out."""
         self.buffer = None
         self.members = [(offset, length, None) for offset, length, _ in self.members]
+        self.handed_out = True
 
 
 def merge_ranges(ranges, into=None) -> list:

@@ -337,9 +337,9 @@ class RemoteStorage:
                 try:
                     with self._translated(path, "read"):
                         yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
-                except RemoteStorageError:
-                    self._check_reaches(path, run[-1].end)  # a range past the end is refused, not cut short
-                    raise
+                except RemoteStorageError:  # a range past the end is refused, not cut short; else the
+                    self._check_reaches(path, run[-1].end)  # stream broke: parts (with retries) read the rest
+                    yield from self._in_parts(path, [block for block in run if not block.handed_out])
             else:
                 batch.extend(run)
         yield from self._in_parts(path, batch)
