@@ -81,13 +81,13 @@ class CountingRelay:
                 data = source.recv(1 << 20)
                 if not data:
                     break
-                target.sendall(data)
-                with self._lock:
+                with self._lock:  # counted before it is passed on: a reader that has its bytes sees them counted
                     if upstream:
                         self.sent += len(data)
                         self.requests += data.count(b" HTTP/1.1\r\n")
                     else:
                         self.received += len(data)
+                target.sendall(data)
         except OSError:
             pass
         finally:
