@@ -24,6 +24,8 @@ import math
 from .. import tf_internals
 from ..formats.npz import numpy_dtype
 
+_STATS_BLOCK = 1 << 18  # float64 values of old rows summed at a time, as offline
+_MAX_BLOCKS = 64  # a bigger tensor sums bigger blocks, not more ops
 _NO_FLAT = frozenset({"int4", "uint4"})  # TF has no Pack/Unpack kernels for these: one feed per part
 
 
@@ -80,7 +82,8 @@ class CheckpointRestoreOps:
 class RowRestoreOps:
     """For each row-mapped variable: one ``RestoreV2`` of its old tensor (whole, however the
     checkpoint partitions it), and per part of the variable a gather of the old rows its rows
-    take, new rows filled (see :class:`~subsetsaver.planning.rows.RowMap`), and an assign.
+    take, new rows filled in the gathered buffer (see :class:`~subsetsaver.planning.rows.RowMap`),
+    and an assign that adopts that buffer: one copy of each row beyond what a plain restore does.
 
     ``entries``: objects with ``name``, ``key`` (the checkpoint tensor to read), ``parts``
     (tf.Variable list), ``rows`` (a RowMap) and ``slot`` (True: new rows are zero). Built now,
@@ -102,8 +105,8 @@ class RowRestoreOps:
                                            shape_and_slices=[""], dtypes=[dtype])[0]
                 ndim = len(_full_shape(entry.parts[0]))
                 fill = _RowFill(entry, old, ndim)
-                self.assigns[entry.name] = tf.group(*(part.assign(_mapped_part(part, old, entry.rows, ndim, fill),
-                                                                  read_value=False)
+                gathered_by = set()
+                self.assigns[entry.name] = tf.group(*(_assign_mapped_part(part, old, entry.rows, ndim, fill, gathered_by)
                                                       for part in entry.parts))
 
     def fetches(self, prefix, names):
@@ -148,20 +151,17 @@ class _RowFill:
 
     def __init__(self, entry, old, ndim):
         import numpy as np
-        import tensorflow as tf
 
         rows, self.kind = entry.rows, "zeros" if entry.slot else entry.rows.init
         self.axis = rows.axis % ndim
         self.dtype = entry.parts[0].dtype.base_dtype
         self.added = {int(row): position for position, row in enumerate(np.flatnonzero(rows.is_new))}
         self.mean = self.std = None
+        full = _full_shape(entry.parts[0])
         if self.kind in ("mean", "normal") and self.added:
-            wide = tf.cast(old, tf.float64)
-            self.mean = tf.reduce_mean(wide, axis=self.axis, keepdims=True)
-            if self.kind == "normal" and rows.stddev is None:
-                self.std = tf.math.reduce_std(wide)
+            self.mean, self.std = _row_stats(old, self.axis, full, rows.old_rows or full[self.axis],
+                                             self.kind == "normal" and rows.stddev is None)
         if self.kind == "normal" and self.added:
-            full = _full_shape(entry.parts[0])
             row_shape = [n for d, n in enumerate(full) if d != self.axis]
             self.normal = np.random.default_rng(rows.seed).standard_normal((len(self.added), *row_shape))
             self.stddev = rows.stddev
@@ -188,9 +188,9 @@ class _RowFill:
         return tf.cast(tf.constant(drawn) * self.std, self.dtype)
 
 
-def _mapped_part(part, old, rows, ndim, fill):
-    """The value of ``part``: the old rows its rows take (``old`` cut to its region on the other
-    axes), its new rows filled."""
+def _assign_mapped_part(part, old, rows, ndim, fill, gathered_by):
+    """The op that writes ``part``: the old rows its rows take (``old`` cut to its region on the other
+    axes), its new rows filled. ``gathered_by``: the index arrays already gathered from ``old``."""
     import numpy as np
     import tensorflow as tf
 
@@ -202,14 +202,52 @@ def _mapped_part(part, old, rows, ndim, fill):
         begin = [0 if d == axis else o for d, o in enumerate(offset)]
         old = tf.slice(old, begin, [-1 if d == axis else n for d, n in enumerate(shape)])
     new_local = np.flatnonzero(indices < 0)
+    taken = np.maximum(indices, 0)  # a new row takes old row 0 until it is filled
+    gathered = tf.gather(old, taken, axis=axis)
     if not new_local.size:
-        return tf.gather(old, indices, axis=axis)
-    kept_local = np.flatnonzero(indices >= 0)
-    kept = _to_front(tf.gather(old, indices[kept_local], axis=axis), axis, ndim)
+        return part.assign(gathered, read_value=False)
     filled = fill.rows_for(part, new_local + offset[axis], (offset, shape), ndim)
-    # one pass that writes each row once, the kept ones gathered and the new ones filled
-    front = tf.dynamic_stitch([kept_local.astype(np.int32), new_local.astype(np.int32)], [kept, filled])
-    return _from_front(front, axis, ndim)
+    front = _to_front(gathered, axis, ndim)
+    key = (offset[axis], taken.tobytes())
+    if axis == 0 and key not in gathered_by:
+        # The new rows are written into the gathered copy's own buffer (its one reader is this op):
+        # one copy of the part. A scatter into a new tensor or a stitch would copy it twice. Two
+        # equal gathers could be merged into one buffer by the graph optimizer: only the first is
+        # written in place.
+        gathered_by.add(key)
+        front = tf.raw_ops.InplaceUpdate(x=front, i=new_local.astype(np.int32), v=filled)
+    else:
+        front = tf.tensor_scatter_nd_update(front, new_local[:, None], filled)
+    return part.assign(_from_front(front, axis, ndim), read_value=False)
+
+
+def _row_stats(old, axis, full_shape, expected_rows, with_std):
+    """``(mean row [1 on axis], std of every value or None)`` of ``old``'s rows, summed in float64 a
+    block of rows at a time, the blocks the offline rewrite sums (:class:`~subsetsaver.planning.rows.RowStats`):
+    one float64 copy of a whole embedding costs five times the blocks' time (its pages are new each time)."""
+    import tensorflow as tf
+
+    row_values = max(1, math.prod(n for d, n in enumerate(full_shape) if d != axis))
+    step = max(1, _STATS_BLOCK // row_values)
+    blocks = min(_MAX_BLOCKS, max(1, -(-expected_rows // step)))
+    rows = tf.shape(old, out_type=tf.int64)[axis]
+    ndim = len(full_shape)
+    totals, squares = [], []
+    for index in range(blocks):
+        begin = tf.minimum(rows, index * step)
+        end = rows if index == blocks - 1 else tf.minimum(rows, (index + 1) * step)
+        starts = tf.stack([begin if d == axis else tf.constant(0, tf.int64) for d in range(ndim)])
+        sizes = tf.stack([end - begin if d == axis else tf.constant(-1, tf.int64) for d in range(ndim)])
+        values = tf.cast(tf.slice(old, starts, sizes), tf.float64)
+        totals.append(tf.reduce_sum(values, axis=axis, keepdims=True))
+        if with_std:
+            squares.append(tf.reduce_sum(tf.square(values)))
+    count = tf.cast(rows, tf.float64)
+    mean = tf.add_n(totals) / count
+    if not with_std:
+        return mean, None
+    variance = tf.add_n(squares) / (count * row_values) - tf.square(tf.reduce_mean(mean))
+    return mean, tf.sqrt(tf.maximum(variance, 0.0))
 
 
 def feed_groups(layouts) -> dict:
