@@ -390,3 +390,16 @@ def test_a_resume_is_told_from_a_warm_start_by_what_the_map_could_apply_to():
     assert not _told_apart(ss.RowMap.from_indices([2, 0, 1], axis=0), (3,))  # a reordering applies
     assert not _told_apart(ss.RowMap.from_indices([0, 1, -1], axis=0), (3,))  # could apply: give old_rows
     assert _told_apart(ss.RowMap.from_indices([0, 1, -1], old_rows=2, axis=0), (3,))
+
+
+def test_old_rows_summed_part_by_part_give_the_sums_of_the_whole_tensor():
+    """The mean that fills new rows is summed in the same float64 blocks however the rows arrive."""
+    from subsetsaver.planning.rows import RowStats
+
+    rows = np.random.default_rng(27).standard_normal((10_000, 64)).astype(np.float32)
+    whole, parted = RowStats(), RowStats()
+    whole.add(rows)
+    for start, stop in ((0, 1_000), (1_000, 1_003), (1_003, 6_500), (6_500, 10_000)):
+        parted.add(rows[start:stop])
+    assert parted.result()["mean"].tobytes() == whole.result()["mean"].tobytes()
+    assert parted.result()["std"] == whole.result()["std"]
