@@ -392,6 +392,34 @@ def test_a_resume_is_told_from_a_warm_start_by_what_the_map_could_apply_to():
     assert _told_apart(ss.RowMap.from_indices([0, 1, -1], old_rows=2, axis=0), (3,))
 
 
+def test_offline_rewrite_of_a_partitioned_tensor_reads_and_writes_it_part_by_part(trained, tmp_path, monkeypatch):
+    """rewrite --rows holds about two parts of a partitioned embedding, not the tensor: no read asks for more
+    bytes than one stored part; what it writes (in parts) equals the rows moved in the whole tensor, bit for bit."""
+    from subsetsaver.formats import local_files, tf_bundle
+
+    largest = []
+    read_into = local_files.LocalReader.read_into
+
+    def counted(self, offset, buffer):
+        largest.append(memoryview(buffer).nbytes)
+        return read_into(self, offset, buffer)
+
+    monkeypatch.setattr(local_files.LocalReader, "read_into", counted)
+    rowmap = ss.RowMap.from_vocab(trained["old_vocab"], trained["new_vocab"], init="mean")
+    ss.rewrite(trained["prefix"], tmp_path / "grown" / "model", rows={"body/emb": rowmap})
+    part_bytes = -(-OLD_ROWS // 16) * WIDTH * 4
+    assert 0 < max(largest) <= part_bytes  # a whole tensor would be 16 parts
+
+    monkeypatch.undo()
+    old, found = trained["old"], tf.train.load_checkpoint(str(tmp_path / "grown" / "model"))
+    with tf_bundle.BundleReader(tmp_path / "grown" / "model") as reader:
+        assert len(reader.parts("body/emb/Adam")) == 16
+    for name in ("body/emb", "body/emb/Adam", "body/emb/Adam_1"):
+        np.testing.assert_array_equal(found.get_tensor(name), apply_rows(old[name], rowmap, slot=name != "body/emb"))
+    for name in ("global_step", "beta1_power", "beta2_power", "head/kernel/Adam"):
+        np.testing.assert_array_equal(found.get_tensor(name), old[name])
+
+
 def test_old_rows_summed_part_by_part_give_the_sums_of_the_whole_tensor():
     """The mean that fills new rows is summed in the same float64 blocks however the rows arrive."""
     from subsetsaver.planning.rows import RowStats

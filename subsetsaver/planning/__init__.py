@@ -32,7 +32,7 @@ from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all, first_line
 from .row_rules import RowRules, split_remap
-from .row_stream import map_rows, parse_rows_option, resolve_rows
+from .row_stream import map_rows, map_rows_by_part, parse_rows_option, resolve_rows, split_by_rows
 from .rows import INITS, RowCounts, RowMap, apply_rows
 from .scaffold import initialize_if_uninitialized, scaffold
 from .tf_backend import TfBackend
@@ -66,6 +66,7 @@ __all__ = [
     "first_line",
     "initialize_if_uninitialized",
     "map_rows",
+    "map_rows_by_part",
     "parse_rows_option",
     "resolve_rows",
     "plan",
@@ -73,6 +74,7 @@ __all__ = [
     "renamed_names",
     "scaffold",
     "shadow_names",
+    "split_by_rows",
     "split_remap",
     "suggest_remap",
 ]
