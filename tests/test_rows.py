@@ -431,3 +431,24 @@ def test_old_rows_summed_part_by_part_give_the_sums_of_the_whole_tensor():
         parted.add(rows[start:stop])
     assert parted.result()["mean"].tobytes() == whole.result()["mean"].tobytes()
     assert parted.result()["std"] == whole.result()["std"]
+
+
+def test_parts_whose_gathers_are_equal_each_get_their_own_new_rows(tmp_path):
+    """Two parts of only new rows gather the same old rows; each is filled in its own buffer (a graph
+    optimizer may merge equal gathers into one, which two in-place fills would then share)."""
+    old_graph, new_graph = tf.Graph(), tf.Graph()
+    with old_graph.as_default():
+        v1.get_variable("emb", initializer=np.arange(32, dtype=np.float32).reshape(8, 4))
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            prefix = v1.train.Saver().save(session, str(tmp_path / "model"))
+    rowmap = ss.RowMap.from_indices(list(range(8)) + [-1] * 8, init="normal", seed=5, stddev=1.0, old_rows=8)
+    with new_graph.as_default():
+        emb = v1.get_variable("emb", [16, 4], partitioner=v1.fixed_size_partitioner(4))
+    plan = ss.plan(ss.everything(), new_graph, rows={"emb": rowmap})
+    with v1.Session(graph=new_graph) as session:
+        plan.restore_or_initialize(session, prefix)
+        restored = session.run(list(emb))
+    expected = apply_rows(np.arange(32, dtype=np.float32).reshape(8, 4), rowmap)
+    np.testing.assert_array_equal(np.concatenate(restored), expected)
+    assert not np.array_equal(restored[2], restored[3])

@@ -208,7 +208,7 @@ def _assign_mapped_part(part, old, rows, ndim, fill, gathered_by):
         return part.assign(gathered, read_value=False)
     filled = fill.rows_for(part, new_local + offset[axis], (offset, shape), ndim)
     front = _to_front(gathered, axis, ndim)
-    key = (offset[axis], taken.tobytes())
+    key = (tuple(o for d, o in enumerate(offset) if d != axis), taken.tobytes())  # what the gather reads
     if axis == 0 and key not in gathered_by:
         # The new rows are written into the gathered copy's own buffer (its one reader is this op):
         # one copy of the part. A scatter into a new tensor or a stitch would copy it twice. Two
