@@ -407,7 +407,7 @@ def test_offline_rewrite_of_a_partitioned_tensor_reads_and_writes_it_part_by_par
     monkeypatch.setattr(local_files.LocalReader, "read_into", counted)
     rowmap = ss.RowMap.from_vocab(trained["old_vocab"], trained["new_vocab"], init="mean")
     ss.rewrite(trained["prefix"], tmp_path / "grown" / "model", rows={"body/emb": rowmap})
-    part_bytes = -(-OLD_ROWS // 16) * WIDTH * 4
+    part_bytes = -(-NEW_ROWS // 16) * WIDTH * 4  # a new part (read back once written) is the largest
     assert 0 < max(largest) <= part_bytes  # a whole tensor would be 16 parts
 
     monkeypatch.undo()
