@@ -32,7 +32,7 @@ from ..errors import RowMapError
 
 INITS = ("variable", "zeros", "mean", "normal")
 _SHOWN = 3  # duplicate tokens or bad indices named in a message
-_STATS_BLOCK = 1 << 18  # values per float64 block when old rows are summed
+STATS_BLOCK = 1 << 15  # values per float64 block when old rows are summed (256 KiB: a block stays in cache)
 
 
 class RowCounts(typing.NamedTuple):
@@ -261,7 +261,7 @@ class RowStats:
     def add(self, rows_first):
         """Add the next old rows (rows on the first axis), a few thousand at a time: a float64 copy
         of a whole embedding would double the memory the rows take."""
-        step = max(1, _STATS_BLOCK // max(1, int(np.prod(rows_first.shape[1:]))))
+        step = max(1, STATS_BLOCK // max(1, int(np.prod(rows_first.shape[1:]))))
         first = 0
         if self._pending is not None:
             first = step - self._pending.shape[0]
