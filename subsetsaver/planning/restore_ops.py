@@ -38,28 +38,37 @@ class CheckpointRestoreOps:
     without, each reads its own key.
     """
 
-    def __init__(self, graph, variables, *, scope, fed_names=False):
+    def __init__(self, graph, variables, *, scope, fed_names=False, together=()):
         import tensorflow as tf
 
         self.assigns, self._name_feeds, self._parts = {}, {}, {}
+        self._together = None  # (keys, names feed, assign op) of one RestoreV2 for the keys ``together``
         with graph.as_default(), tf.compat.v1.name_scope(scope):
             self._prefix_feed = tf.compat.v1.placeholder(tf.string, [], name="prefix")
             for key, parts in variables.items():
-                parts = list(parts)
-                self._parts[key] = parts
-                if fed_names:
-                    names = self._name_feeds[key] = tf.compat.v1.placeholder(tf.string, [len(parts)],
-                                                                            name="tensor_names")
-                else:
-                    names = [key] * len(parts)
-                values = tf.raw_ops.RestoreV2(
-                    prefix=self._prefix_feed,
-                    tensor_names=names,
-                    shape_and_slices=[tf_internals.slice_spec(part) for part in parts],
-                    dtypes=[part.dtype.base_dtype for part in parts],
-                )
-                self.assigns[key] = tf.group(*(part.assign(value, read_value=False)
-                                               for part, value in zip(parts, values)))
+                self._parts[key] = list(parts)
+                self.assigns[key], feed = self._restore([key], fed_names, name="tensor_names")
+                if feed is not None:
+                    self._name_feeds[key] = feed
+            chosen = set(together)
+            together = [key for key in self._parts if key in chosen]
+            if fed_names and len(together) > 1:  # every RestoreV2 opens the checkpoint's index again
+                assign, feed = self._restore(together, True, name="together_names")
+                self._together = (together, feed, assign)
+
+    def _restore(self, keys, fed_names, *, name):
+        """``(assign op, tensor names placeholder or None)``: one ``RestoreV2`` of the parts of ``keys``."""
+        import tensorflow as tf
+
+        parts = [part for key in keys for part in self._parts[key]]
+        if fed_names:
+            names = feed = tf.compat.v1.placeholder(tf.string, [len(parts)], name=name)
+        else:
+            names, feed = [key for key in keys for _part in self._parts[key]], None
+        values = tf.raw_ops.RestoreV2(prefix=self._prefix_feed, tensor_names=names,
+                                      shape_and_slices=[tf_internals.slice_spec(part) for part in parts],
+                                      dtypes=[part.dtype.base_dtype for part in parts])
+        return tf.group(*(part.assign(value, read_value=False) for part, value in zip(parts, values))), feed
 
     def run(self, sess, prefix, keys, tensor_names=None):
         """Restore ``keys`` from checkpoint ``prefix`` in one ``session.run``.
@@ -74,6 +83,10 @@ class CheckpointRestoreOps:
         """``(assign ops, feeds)`` that restore ``keys`` from ``prefix``, to run with other fetches."""
         keys = list(keys)
         feeds = {self._prefix_feed: prefix}
+        if self._together is not None and len(keys) == len(self._together[0]) and set(keys) == set(self._together[0]):
+            together, feed, assign = self._together
+            feeds[feed] = [tensor_names[key] for key in together for _part in self._parts[key]]
+            return [assign], feeds
         for key in keys if self._name_feeds else ():
             feeds[self._name_feeds[key]] = [tensor_names[key]] * len(self._parts[key])
         return [self.assigns[key] for key in keys], feeds
