@@ -10,6 +10,9 @@ Lines, printed by ``python -m bench bench.bench_rows`` (or ``python bench/bench_
   of the process, every thread), which the machine's other work moves less than wall time;
 - ``restore with a row map vs the same plan without``: the same against a plan without ``rows``
   restoring that grown checkpoint (its pre-flight check included on both sides);
+- ``restore with a row map vs Saver.restore of the old graph``: against restoring the old checkpoint
+  into the graph it was saved from, which reads the same 16-part tensors (TensorFlow reads a tensor
+  stored in 16 parts about a quarter slower than one in 4): what the gathers and the mean cost;
 - ``offline rewrite --rows``, the t2t case and a larger one (``SUBSETSAVER_BENCH_ROWS`` rows x 128,
   default 400,000, 16 parts, Adam slots, written without TensorFlow): each rewrite runs in a new
   process, which reports its peak of traced allocations (tracemalloc: numpy's buffers) and how far the
@@ -98,10 +101,12 @@ def run(report=print_line):
     with tempfile.TemporaryDirectory() as directory:
         old_vocab, new_vocab = _vocabularies(directory)
         graph, train = _graph(OLD_ROWS, 16)
-        with graph.as_default(), v1.Session(graph=graph) as session:
-            session.run(v1.global_variables_initializer())
-            session.run(train)
-            old_prefix = v1.train.Saver().save(session, os.path.join(directory, "old", "model"))
+        old_session = v1.Session(graph=graph)
+        with graph.as_default():
+            old_saver = v1.train.Saver()
+            old_session.run(v1.global_variables_initializer())
+            old_session.run(train)
+            old_prefix = old_saver.save(old_session, os.path.join(directory, "old", "model"))
         rows = ss.RowMap.from_vocab(old_vocab, new_vocab, init="mean")
 
         new_graph, _train = _graph(NEW_ROWS, 4)
@@ -127,7 +132,16 @@ def run(report=print_line):
                                    lambda: same_plan.restore_or_initialize(session, new_prefix), max(RUNS, 11))
         report("restore with a row map vs the same plan without", ours, theirs,
                "(right side: the plan without rows, not TensorFlow; bar: at most 1.5x)")
+
+        def same_bytes():
+            with graph.as_default():
+                old_saver.restore(old_session, old_prefix)
+
+        ours, theirs = alternating(lambda: plan.restore_or_initialize(session, old_prefix), same_bytes, max(RUNS, 11))
+        report("restore with a row map vs Saver.restore of the old graph", ours, theirs,
+               "(the same 16-part tensors read: what the map itself costs)")
         session.close()
+        old_session.close()
 
         _offline_line("offline rewrite --rows, t2t case", directory, old_prefix, rows.new_to_old, OLD_ROWS, WIDTH)
         large = _large_checkpoint(directory, LARGE_ROWS, 128)
