@@ -12,7 +12,7 @@ Lines, printed by ``python -m bench bench.bench_rows`` (or ``python bench/bench_
   restoring that grown checkpoint (its pre-flight check included on both sides);
 - ``restore with a row map vs Saver.restore of the old graph``: against restoring the old checkpoint
   into the graph it was saved from, which reads the same 16-part tensors (TensorFlow reads a tensor
-  stored in 16 parts about a quarter slower than one in 4): what the gathers and the mean cost;
+  stored in 16 parts 25-40% slower than one in 4): what the gathers and the mean cost;
 - ``offline rewrite --rows``, the t2t case and a larger one (``SUBSETSAVER_BENCH_ROWS`` rows x 128,
   default 400,000, 16 parts, Adam slots, written without TensorFlow): each rewrite runs in a new
   process, which reports its peak of traced allocations (tracemalloc: numpy's buffers) and how far the
