@@ -35,7 +35,9 @@ class CheckpointRestoreOps:
 
     With ``fed_names``, the tensor names each ``RestoreV2`` reads are fed at run time
     (moving-average evaluation picks a shadow or the variable itself per checkpoint);
-    without, each reads its own key.
+    without, each reads its own key. ``together``: keys also read by one ``RestoreV2`` for
+    all of them, used when a restore asks for exactly those (each ``RestoreV2`` opens the
+    checkpoint's index).
     """
 
     def __init__(self, graph, variables, *, scope, fed_names=False, together=()):

@@ -79,7 +79,11 @@ def map_rows(tensors, mapped):
 def split_by_rows(old_shape, regions, rowmap) -> list | None:
     """``[(old start row, old stop row, region), ...]`` of the stored parts ``regions`` of a tensor of
     ``old_shape``, in row order, when the parts split it along the map's rows (axis 0) only: what
-    :func:`map_rows_by_part` streams; None otherwise (read such a tensor whole)."""
+    :func:`map_rows_by_part` streams; None otherwise (read such a tensor whole).
+
+    >>> split_by_rows((4, 2), [((2, 4), (0, 2)), ((0, 2), (0, 2))], RowMap.keep([3, 0], axis=0))
+    [(0, 2, ((0, 2), (0, 2))), (2, 4, ((2, 4), (0, 2)))]
+    """
     if len(regions) < 2 or rowmap.axis != 0 or not rowmap.new_rows:
         return None
     whole = tuple((0, n) for n in old_shape[1:])

@@ -140,7 +140,11 @@ class BundleReader:
 
     def read_part(self, name, region) -> np.ndarray:
         """The value of the part of tensor ``name`` stored at ``region`` (one of :meth:`parts`), its
-        checksum verified: what a partitioned tensor is read by without assembling it."""
+        checksum verified: what a partitioned tensor is read by without assembling it.
+
+        reader.read_part('body/emb', reader.parts('body/emb')[0]).shape
+        # (1920, 64)
+        """
         tensor = self._index.tensors[self._known(name)]
         for stored_region, stored in tensor.parts:
             if stored_region == tuple(region):
