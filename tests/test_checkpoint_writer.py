@@ -77,6 +77,29 @@ def test_bytes_that_read_back_wrong_are_never_published(tmp_path, monkeypatch):
     assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
 
 
+def test_parts_are_read_back_one_by_one_and_a_wrong_one_is_never_published(tmp_path, monkeypatch):
+    emb = np.arange(40, dtype=np.float32).reshape(10, 4)
+    parts = [("emb", emb[:6], ((10, 4), (0, 0))), ("emb", emb[6:], ((10, 4), (6, 0))), ("b", VALUES["b"])]
+    output = str(tmp_path / "model")
+    checkpoint_writer.write_checkpoint(output, iter(parts), specs=[("emb", (10, 4), "float32"), SPECS[1]],
+                                       checkpoint_format=registry.NAME)
+    with tf_bundle.BundleReader(output) as reader:
+        assert reader.parts("emb") == (((0, 6), (0, 4)), ((6, 10), (0, 4)))
+    before = {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)}
+    real = tf_bundle.BundleReader.read_part
+
+    def flipped(self, name, region):
+        value = real(self, name, region)
+        return value + 1 if region[0][0] == 6 else value
+
+    monkeypatch.setattr(tf_bundle.BundleReader, "read_part", flipped)
+    with pytest.raises(ss.CorruptCheckpointError) as error:
+        checkpoint_writer.write_checkpoint(output, iter(parts), specs=[("emb", (10, 4), "float32"), SPECS[1]],
+                                           checkpoint_format=registry.NAME, overwrite=True)
+    assert "tensor 'emb' reads back other than it was written" in str(error.value)
+    assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
+
+
 def test_an_existing_output_is_refused_with_its_fix(tmp_path):
     output = str(tmp_path / "model")
     tf_bundle.write(output, VALUES)

@@ -390,3 +390,65 @@ def test_a_resume_is_told_from_a_warm_start_by_what_the_map_could_apply_to():
     assert not _told_apart(ss.RowMap.from_indices([2, 0, 1], axis=0), (3,))  # a reordering applies
     assert not _told_apart(ss.RowMap.from_indices([0, 1, -1], axis=0), (3,))  # could apply: give old_rows
     assert _told_apart(ss.RowMap.from_indices([0, 1, -1], old_rows=2, axis=0), (3,))
+
+
+def test_offline_rewrite_of_a_partitioned_tensor_reads_and_writes_it_part_by_part(trained, tmp_path, monkeypatch):
+    """rewrite --rows holds about two parts of a partitioned embedding, not the tensor: no read asks for more
+    bytes than one stored part; what it writes (in parts) equals the rows moved in the whole tensor, bit for bit."""
+    from subsetsaver.formats import local_files, tf_bundle
+
+    largest = []
+    read_into = local_files.LocalReader.read_into
+
+    def counted(self, offset, buffer):
+        largest.append(memoryview(buffer).nbytes)
+        return read_into(self, offset, buffer)
+
+    monkeypatch.setattr(local_files.LocalReader, "read_into", counted)
+    rowmap = ss.RowMap.from_vocab(trained["old_vocab"], trained["new_vocab"], init="mean")
+    ss.rewrite(trained["prefix"], tmp_path / "grown" / "model", rows={"body/emb": rowmap})
+    part_bytes = -(-NEW_ROWS // 16) * WIDTH * 4  # a new part (read back once written) is the largest
+    assert 0 < max(largest) <= part_bytes  # a whole tensor would be 16 parts
+
+    monkeypatch.undo()
+    old, found = trained["old"], tf.train.load_checkpoint(str(tmp_path / "grown" / "model"))
+    with tf_bundle.BundleReader(tmp_path / "grown" / "model") as reader:
+        assert len(reader.parts("body/emb/Adam")) == 16
+    for name in ("body/emb", "body/emb/Adam", "body/emb/Adam_1"):
+        np.testing.assert_array_equal(found.get_tensor(name), apply_rows(old[name], rowmap, slot=name != "body/emb"))
+    for name in ("global_step", "beta1_power", "beta2_power", "head/kernel/Adam"):
+        np.testing.assert_array_equal(found.get_tensor(name), old[name])
+
+
+def test_old_rows_summed_part_by_part_give_the_sums_of_the_whole_tensor():
+    """The mean that fills new rows is summed in the same float64 blocks however the rows arrive."""
+    from subsetsaver.planning.rows import RowStats
+
+    rows = np.random.default_rng(27).standard_normal((10_000, 64)).astype(np.float32)
+    whole, parted = RowStats(), RowStats()
+    whole.add(rows)
+    for start, stop in ((0, 1_000), (1_000, 1_003), (1_003, 6_500), (6_500, 10_000)):
+        parted.add(rows[start:stop])
+    assert parted.result()["mean"].tobytes() == whole.result()["mean"].tobytes()
+    assert parted.result()["std"] == whole.result()["std"]
+
+
+def test_parts_whose_gathers_are_equal_each_get_their_own_new_rows(tmp_path):
+    """Two parts of only new rows gather the same old rows; each is filled in its own buffer (a graph
+    optimizer may merge equal gathers into one, which two in-place fills would then share)."""
+    old_graph, new_graph = tf.Graph(), tf.Graph()
+    with old_graph.as_default():
+        v1.get_variable("emb", initializer=np.arange(32, dtype=np.float32).reshape(8, 4))
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            prefix = v1.train.Saver().save(session, str(tmp_path / "model"))
+    rowmap = ss.RowMap.from_indices(list(range(8)) + [-1] * 8, init="normal", seed=5, stddev=1.0, old_rows=8)
+    with new_graph.as_default():
+        emb = v1.get_variable("emb", [16, 4], partitioner=v1.fixed_size_partitioner(4))
+    plan = ss.plan(ss.everything(), new_graph, rows={"emb": rowmap})
+    with v1.Session(graph=new_graph) as session:
+        plan.restore_or_initialize(session, prefix)
+        restored = session.run(list(emb))
+    expected = apply_rows(np.arange(32, dtype=np.float32).reshape(8, 4), rowmap)
+    np.testing.assert_array_equal(np.concatenate(restored), expected)
+    assert not np.array_equal(restored[2], restored[3])

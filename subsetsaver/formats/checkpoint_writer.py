@@ -109,7 +109,7 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
     ``manifest``: the subset manifest's content, written beside a TensorFlow checkpoint.
     """
     output = os.fspath(output)
-    expected, parts, nbytes = {}, set(), 0
+    expected, parts, nbytes = {}, {}, 0
     with writing(output, checkpoint_format, sources=sources, overwrite=overwrite) as staged:
         with progress_bar(sum(_nbytes(shape, dtype) for _, shape, dtype in specs),
                           os.path.basename(output) or output, progress) as bar:
@@ -118,9 +118,9 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
                 for item in tensors:
                     name, array = item[0], item[1]
                     if len(item) == 3:
-                        parts.add(name)
+                        parts.setdefault(name, {})[tuple(int(n) for n in item[2][1])] = _expected(array)
                     else:
-                        expected[name] = (tuple(array.shape), array.dtype, _crc_of(array))
+                        expected[name] = _expected(array)
                     nbytes += array.nbytes
                     bar.update(array.nbytes)
                     yield item
@@ -144,10 +144,11 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
                    tuple(checkpoint_format.files(output)))
 
 
-def verify(checkpoint_format, path, expected, parts=()) -> None:
+def verify(checkpoint_format, path, expected, parts=None) -> None:
     """Read back every tensor ``expected`` (name -> (shape, dtype, CRC32C of the bytes given)) from the
-    checkpoint at ``path``, one at a time; its names must be those and ``parts``. CorruptCheckpointError
-    otherwise."""
+    checkpoint at ``path``, one at a time, and every part of ``parts`` (name -> {offset: the same}); its
+    names must be those. CorruptCheckpointError otherwise."""
+    parts = dict(parts or {})
     names = {info.name for info in checkpoint_format.contents(path).tensors}
     wanted = set(expected) | set(parts)
     if names != wanted:
@@ -155,12 +156,32 @@ def verify(checkpoint_format, path, expected, parts=()) -> None:
         raise CorruptCheckpointError(f"checkpoint '{path}' holds {unexpected[:5]} unexpectedly; it was not completed",
                                      path=path)
     for name, value in checkpoint_format.read(path, list(expected)):
-        shape, dtype, checksum = expected[name]
-        if value.shape != shape or value.dtype != dtype or _crc_of(value) != checksum:
-            raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was "
-                                         "written; the disk or the file system lost bytes: write it again",
-                                         path=path)
+        _compare(path, name, value, expected[name])
         del value
+    if parts and hasattr(checkpoint_format, "part_reader"):  # a format that reads parts one by one
+        with checkpoint_format.part_reader(path) as reader:
+            for name, written in parts.items():
+                regions = {tuple(start for start, _stop in region): region for region in reader.parts(name)}
+                if not regions and len(written) == 1:  # one part covering it all is stored whole
+                    _compare(path, name, reader.read(name), next(iter(written.values())))
+                    continue
+                if set(regions) != set(written):
+                    raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' holds other parts than "
+                                                 "were written; write it again", path=path)
+                for offset, region in regions.items():
+                    _compare(path, name, reader.read_part(name, region), written[offset])
+
+
+def _expected(array) -> tuple:
+    return tuple(array.shape), array.dtype, _crc_of(array)
+
+
+def _compare(path, name, value, expected):
+    shape, dtype, checksum = expected
+    if value.shape != shape or value.dtype != dtype or _crc_of(value) != checksum:
+        raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was "
+                                     "written; the disk or the file system lost bytes: write it again",
+                                     path=path)
 
 
 def _crc_of(array) -> int:

@@ -120,6 +120,11 @@ class NameBasedFormat(BundleFormat):
         with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
             yield from reader.read_many(names)  # from a bucket: several tensors in flight
 
+    def part_reader(self, path):
+        """A :class:`~subsetsaver.formats.tf_bundle.BundleReader` of the checkpoint, to read a partitioned
+        tensor part by part (``parts``, ``read_part``) rather than assembled; close it, or use ``with``."""
+        return tf_bundle.BundleReader(checkpoint_prefix(path))
+
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         num_shards = tf_bundle.shard_count_for(final)
         with tf_bundle.BundleWriter(staged, num_shards=num_shards, publish=False) as writer:
@@ -127,6 +132,7 @@ class NameBasedFormat(BundleFormat):
                 if len(item) == 3:
                     name, array, (full_shape, offset) = item
                     writer.add_slice(name, full_shape, offset, array)
+                    del array  # else held while the next part is made: three parts in memory, not two
                 else:
                     writer.add(*item)
                 del item

@@ -35,7 +35,7 @@ from .preview import PlanPreview, plan_preview
 from .remap import checkpoint_names, renamed_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all
 from .row_rules import RowRules, split_remap
-from .row_stream import map_rows, parse_rows_option, resolve_rows
+from .row_stream import map_rows, map_rows_by_part, parse_rows_option, resolve_rows, split_by_rows
 from .rows import INITS, RowCounts, RowMap, apply_rows
 from .scaffold import initialize_if_uninitialized, scaffold
 from .sizes import SavedTensor, data_bytes, index_bytes, smaller_text
@@ -78,6 +78,7 @@ __all__ = [
     "joined",
     "layout_of",
     "map_rows",
+    "map_rows_by_part",
     "npz_ops_for",
     "parse_rows_option",
     "plan",
@@ -90,6 +91,7 @@ __all__ = [
     "shadow_names",
     "smaller_text",
     "snapshot",
+    "split_by_rows",
     "split_remap",
     "suggest_remap",
 ]

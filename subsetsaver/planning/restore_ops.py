@@ -23,7 +23,9 @@ import math
 
 from .. import tf_internals
 from ..formats import npz
+from .rows import STATS_BLOCK
 
+_MAX_BLOCKS = 256  # a bigger tensor sums bigger blocks (than offline), not more ops
 _NO_FLAT = frozenset({"int4", "uint4"})  # TF has no Pack/Unpack kernels for these: one feed per part
 
 
@@ -33,31 +35,42 @@ class CheckpointRestoreOps:
 
     With ``fed_names``, the tensor names each ``RestoreV2`` reads are fed at run time
     (moving-average evaluation picks a shadow or the variable itself per checkpoint);
-    without, each reads its own key.
+    without, each reads its own key. ``together``: keys also read by one ``RestoreV2`` for
+    all of them, used when a restore asks for exactly those (each ``RestoreV2`` opens the
+    checkpoint's index).
     """
 
-    def __init__(self, graph, variables, *, scope, fed_names=False):
+    def __init__(self, graph, variables, *, scope, fed_names=False, together=()):
         import tensorflow as tf
 
         self.assigns, self._name_feeds, self._parts = {}, {}, {}
+        self._together = None  # (keys, names feed, assign op) of one RestoreV2 for the keys ``together``
         with graph.as_default(), tf.compat.v1.name_scope(scope):
             self._prefix_feed = tf.compat.v1.placeholder(tf.string, [], name="prefix")
             for key, parts in variables.items():
-                parts = list(parts)
-                self._parts[key] = parts
-                if fed_names:
-                    names = self._name_feeds[key] = tf.compat.v1.placeholder(tf.string, [len(parts)],
-                                                                            name="tensor_names")
-                else:
-                    names = [key] * len(parts)
-                values = tf.raw_ops.RestoreV2(
-                    prefix=self._prefix_feed,
-                    tensor_names=names,
-                    shape_and_slices=[tf_internals.slice_spec(part) for part in parts],
-                    dtypes=[part.dtype.base_dtype for part in parts],
-                )
-                self.assigns[key] = tf.group(*(part.assign(value, read_value=False)
-                                               for part, value in zip(parts, values)))
+                self._parts[key] = list(parts)
+                self.assigns[key], feed = self._restore([key], fed_names, name="tensor_names")
+                if feed is not None:
+                    self._name_feeds[key] = feed
+            chosen = set(together)
+            together = [key for key in self._parts if key in chosen]
+            if fed_names and len(together) > 1:  # every RestoreV2 opens the checkpoint's index again
+                assign, feed = self._restore(together, True, name="together_names")
+                self._together = (together, feed, assign)
+
+    def _restore(self, keys, fed_names, *, name):
+        """``(assign op, tensor names placeholder or None)``: one ``RestoreV2`` of the parts of ``keys``."""
+        import tensorflow as tf
+
+        parts = [part for key in keys for part in self._parts[key]]
+        if fed_names:
+            names = feed = tf.compat.v1.placeholder(tf.string, [len(parts)], name=name)
+        else:
+            names, feed = [key for key in keys for _part in self._parts[key]], None
+        values = tf.raw_ops.RestoreV2(prefix=self._prefix_feed, tensor_names=names,
+                                      shape_and_slices=[tf_internals.slice_spec(part) for part in parts],
+                                      dtypes=[part.dtype.base_dtype for part in parts])
+        return tf.group(*(part.assign(value, read_value=False) for part, value in zip(parts, values))), feed
 
     def run(self, sess, prefix, keys, tensor_names=None):
         """Restore ``keys`` from checkpoint ``prefix`` in one ``session.run``.
@@ -72,6 +85,10 @@ class CheckpointRestoreOps:
         """``(assign ops, feeds)`` that restore ``keys`` from ``prefix``, to run with other fetches."""
         keys = list(keys)
         feeds = {self._prefix_feed: prefix}
+        if self._together is not None and len(keys) == len(self._together[0]) and set(keys) == set(self._together[0]):
+            together, feed, assign = self._together
+            feeds[feed] = [tensor_names[key] for key in together for _part in self._parts[key]]
+            return [assign], feeds
         for key in keys if self._name_feeds else ():
             feeds[self._name_feeds[key]] = [tensor_names[key]] * len(self._parts[key])
         return [self.assigns[key] for key in keys], feeds
@@ -80,7 +97,8 @@ class CheckpointRestoreOps:
 class RowRestoreOps:
     """For each row-mapped variable: one ``RestoreV2`` of its old tensor (whole, however the
     checkpoint partitions it), and per part of the variable a gather of the old rows its rows
-    take, new rows filled (see :class:`~subsetsaver.planning.rows.RowMap`), and an assign.
+    take, new rows filled in the gathered buffer (see :class:`~subsetsaver.planning.rows.RowMap`),
+    and an assign that adopts that buffer: one copy of each row beyond what a plain restore does.
 
     ``entries``: objects with ``name``, ``key`` (the checkpoint tensor to read), ``parts``
     (tf.Variable list), ``rows`` (a RowMap) and ``slot`` (True: new rows are zero). Built now,
@@ -102,8 +120,8 @@ class RowRestoreOps:
                                            shape_and_slices=[""], dtypes=[dtype])[0]
                 ndim = len(_full_shape(entry.parts[0]))
                 fill = _RowFill(entry, old, ndim)
-                self.assigns[entry.name] = tf.group(*(part.assign(_mapped_part(part, old, entry.rows, ndim, fill),
-                                                                  read_value=False)
+                gathered_by = set()
+                self.assigns[entry.name] = tf.group(*(_assign_mapped_part(part, old, entry.rows, ndim, fill, gathered_by)
                                                       for part in entry.parts))
 
     def fetches(self, prefix, names):
@@ -148,20 +166,17 @@ class _RowFill:
 
     def __init__(self, entry, old, ndim):
         import numpy as np
-        import tensorflow as tf
 
         rows, self.kind = entry.rows, "zeros" if entry.slot else entry.rows.init
         self.axis = rows.axis % ndim
         self.dtype = entry.parts[0].dtype.base_dtype
         self.added = {int(row): position for position, row in enumerate(np.flatnonzero(rows.is_new))}
         self.mean = self.std = None
+        full = _full_shape(entry.parts[0])
         if self.kind in ("mean", "normal") and self.added:
-            wide = tf.cast(old, tf.float64)
-            self.mean = tf.reduce_mean(wide, axis=self.axis, keepdims=True)
-            if self.kind == "normal" and rows.stddev is None:
-                self.std = tf.math.reduce_std(wide)
+            self.mean, self.std = _row_stats(old, self.axis, full, rows.old_rows or full[self.axis],
+                                             self.kind == "normal" and rows.stddev is None)
         if self.kind == "normal" and self.added:
-            full = _full_shape(entry.parts[0])
             row_shape = [n for d, n in enumerate(full) if d != self.axis]
             self.normal = np.random.default_rng(rows.seed).standard_normal((len(self.added), *row_shape))
             self.stddev = rows.stddev
@@ -188,9 +203,9 @@ class _RowFill:
         return tf.cast(tf.constant(drawn) * self.std, self.dtype)
 
 
-def _mapped_part(part, old, rows, ndim, fill):
-    """The value of ``part``: the old rows its rows take (``old`` cut to its region on the other
-    axes), its new rows filled."""
+def _assign_mapped_part(part, old, rows, ndim, fill, gathered_by):
+    """The op that writes ``part``: the old rows its rows take (``old`` cut to its region on the other
+    axes), its new rows filled. ``gathered_by``: the index arrays already gathered from ``old``."""
     import numpy as np
     import tensorflow as tf
 
@@ -202,14 +217,53 @@ def _mapped_part(part, old, rows, ndim, fill):
         begin = [0 if d == axis else o for d, o in enumerate(offset)]
         old = tf.slice(old, begin, [-1 if d == axis else n for d, n in enumerate(shape)])
     new_local = np.flatnonzero(indices < 0)
+    taken = np.maximum(indices, 0)  # a new row takes old row 0 until it is filled
+    gathered = tf.gather(old, taken, axis=axis)
     if not new_local.size:
-        return tf.gather(old, indices, axis=axis)
-    kept_local = np.flatnonzero(indices >= 0)
-    kept = _to_front(tf.gather(old, indices[kept_local], axis=axis), axis, ndim)
+        return part.assign(gathered, read_value=False)
     filled = fill.rows_for(part, new_local + offset[axis], (offset, shape), ndim)
-    # one pass that writes each row once, the kept ones gathered and the new ones filled
-    front = tf.dynamic_stitch([kept_local.astype(np.int32), new_local.astype(np.int32)], [kept, filled])
-    return _from_front(front, axis, ndim)
+    front = _to_front(gathered, axis, ndim)
+    key = (tuple(o for d, o in enumerate(offset) if d != axis), taken.tobytes())  # what the gather reads
+    if axis == 0 and key not in gathered_by:
+        # The new rows are written into the gathered copy's own buffer (its one reader is this op):
+        # one copy of the part. A scatter into a new tensor or a stitch would copy it twice. Two
+        # equal gathers could be merged into one buffer by the graph optimizer: only the first is
+        # written in place.
+        gathered_by.add(key)
+        front = tf.raw_ops.InplaceUpdate(x=front, i=new_local.astype(np.int32), v=filled)
+    else:
+        front = tf.tensor_scatter_nd_update(front, new_local[:, None], filled)
+    return part.assign(_from_front(front, axis, ndim), read_value=False)
+
+
+def _row_stats(old, axis, full_shape, expected_rows, with_std):
+    """``(mean row [1 on axis], std of every value or None)`` of ``old``'s rows, summed in float64 a
+    block of rows at a time, the blocks the offline rewrite sums (:class:`~subsetsaver.planning.rows.RowStats`;
+    past 256 blocks, bigger ones): a float64 copy of a whole 30,718 x 64 embedding took five times as
+    long as its 256 KiB blocks, which stay in cache."""
+    import tensorflow as tf
+
+    row_values = max(1, math.prod(n for d, n in enumerate(full_shape) if d != axis))
+    step = max(1, STATS_BLOCK // row_values)
+    blocks = min(_MAX_BLOCKS, max(1, -(-expected_rows // step)))
+    rows = tf.shape(old, out_type=tf.int64)[axis]
+    ndim = len(full_shape)
+    totals, squares = [], []
+    for index in range(blocks):
+        begin = tf.minimum(rows, index * step)
+        end = rows if index == blocks - 1 else tf.minimum(rows, (index + 1) * step)
+        starts = tf.stack([begin if d == axis else tf.constant(0, tf.int64) for d in range(ndim)])
+        sizes = tf.stack([end - begin if d == axis else tf.constant(-1, tf.int64) for d in range(ndim)])
+        values = tf.cast(tf.slice(old, starts, sizes), tf.float64)
+        totals.append(tf.reduce_sum(values, axis=axis, keepdims=True))
+        if with_std:
+            squares.append(tf.reduce_sum(tf.square(values)))
+    count = tf.cast(rows, tf.float64)
+    mean = tf.add_n(totals) / count
+    if not with_std:
+        return mean, None
+    variance = tf.add_n(squares) / (count * row_values) - tf.square(tf.reduce_mean(mean))
+    return mean, tf.sqrt(tf.maximum(variance, 0.0))
 
 
 def feed_groups(layouts) -> dict:

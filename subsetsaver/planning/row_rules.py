@@ -171,7 +171,8 @@ class RowRules:
         gather per row-mapped one."""
         plan = self.plan
         self._plain_ops = CheckpointRestoreOps(plan.graph, {n: plan.catalog.variables([n]) for n in plan.saved_names},
-                                               scope="subsetsaver_restore_rules", fed_names=True)
+                                               scope="subsetsaver_restore_rules", fed_names=True,
+                                               together=[n for n in plan.saved_names if n not in self.maps])
         entries = [RowEntry(name, self.sources.get(name, plan.checkpoint_names[name]),
                             tuple(plan.catalog.variables([name])), rowmap, slot)
                    for name, (rowmap, slot) in self.maps.items()]

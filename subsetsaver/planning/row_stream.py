@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ..errors import RowMapError
-from .rows import RowMap, apply_rows
+from .rows import RowMap, RowStats, apply_rows, fill_rows
 
 _SHOWN = 5
+_COPY_BYTES = 1 << 16  # bytes of rows copied from an old part into a new one at a time
 _PATH_COLON = re.compile(r":(?!//)")  # a ':' that separates two files, not the one of 'gs://'
 
 
@@ -71,6 +74,84 @@ def map_rows(tensors, mapped):
             array = apply_rows(array, rowmap, slot=slot)
         yield name, array
         del array  # held here, the last tensor would stay in memory while the next one is read
+
+
+def split_by_rows(old_shape, regions, rowmap) -> list | None:
+    """``[(old start row, old stop row, region), ...]`` of the stored parts ``regions`` of a tensor of
+    ``old_shape``, in row order, when the parts split it along the map's rows (axis 0) only: what
+    :func:`map_rows_by_part` streams; None otherwise (read such a tensor whole).
+
+    >>> split_by_rows((4, 2), [((2, 4), (0, 2)), ((0, 2), (0, 2))], RowMap.keep([3, 0], axis=0))
+    [(0, 2, ((0, 2), (0, 2))), (2, 4, ((2, 4), (0, 2)))]
+    """
+    if len(regions) < 2 or rowmap.axis != 0 or not rowmap.new_rows:
+        return None
+    whole = tuple((0, n) for n in old_shape[1:])
+    if any(tuple(region[1:]) != whole for region in regions):
+        return None
+    return sorted((region[0][0], region[0][1], tuple(region)) for region in regions)
+
+
+def map_rows_by_part(old_shape, parts, read_part, rowmap, *, slot=False):
+    """Yield ``(array, offset)`` for each part of the new tensor: as many parts as the old one has
+    (rows split as ``fixed_size_partitioner`` splits them), each filled from the old parts its rows
+    take, read one at a time with ``read_part(region)``. ``parts``: :func:`split_by_rows`.
+
+    What is held: one new part and one old part (the one read last is kept while the next new part
+    still needs it), and, for ``init='mean'`` or ``'normal'``, the new rows' fill. A new part whose
+    rows come from far apart reads each old part they lie in (a shuffled vocabulary reads every old
+    part once per new part: memory stays at two parts, the reading grows). The mean and
+    standard deviation of the old rows are summed part by part first (a second read of each),
+    in the blocks :func:`~subsetsaver.planning.rows.apply_rows` sums: the result is the same, bit for bit.
+
+        parts = split_by_rows(reader.spec('emb').shape, reader.parts('emb'), rowmap)
+        for array, offset in map_rows_by_part(shape, parts, lambda r: reader.read_part('emb', r), rowmap): ...
+    """
+    indices = rowmap.new_to_old
+    added = np.flatnonzero(indices < 0)
+    row_shape = tuple(old_shape[1:])
+    stats, dtype = None, None
+    if added.size and not slot and rowmap.init in ("mean", "normal"):
+        stats = RowStats()
+        for _start, _stop, region in parts:
+            value = read_part(region)
+            stats.add(value)
+            del value
+        stats = stats.result()
+    fill = None
+    count = len(parts) if len(parts) <= rowmap.new_rows else rowmap.new_rows
+    bounds = np.cumsum([0] + [rowmap.new_rows // count + (1 if i < rowmap.new_rows % count else 0)
+                              for i in range(count)])
+    held = None  # (region, value) of the old part read last
+    for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        taken = indices[begin:end]
+        new = None
+        for start, stop, region in parts:
+            inside = np.flatnonzero((taken >= start) & (taken < stop))
+            if not inside.size:
+                continue
+            if held is None or held[0] != region:
+                held = None  # let go of the last part before the next is read
+                held = (region, read_part(region))
+            if new is None:
+                dtype = held[1].dtype
+                new = np.empty((end - begin, *row_shape), dtype)
+            step = max(1, _COPY_BYTES // max(1, new[0].nbytes))  # a small temporary, not a part's worth
+            for at in range(0, inside.size, step):
+                rows = inside[at:at + step]
+                new[rows] = held[1][taken[rows] - start]
+        if new is None:  # every row of this part is new: the dtype of any old part
+            dtype = read_part(parts[0][2]).dtype if dtype is None else dtype
+            new = np.empty((end - begin, *row_shape), dtype)
+        fresh = np.flatnonzero(taken < 0)
+        if fresh.size and (slot or rowmap.init == "zeros"):
+            new[fresh] = 0
+        elif fresh.size:
+            if fill is None:  # every new row's fill, drawn once as apply_rows draws it
+                fill = fill_rows(rowmap, stats, added.size, row_shape, new.dtype, slot=slot)
+            new[fresh] = fill[np.searchsorted(added, fresh + begin)]
+        yield new, (begin,) + (0,) * len(row_shape)
+        del new
 
 
 def parse_rows_option(text, init="mean", seed=None) -> tuple:

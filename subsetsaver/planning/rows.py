@@ -32,7 +32,7 @@ from ..errors import RowMapError
 
 INITS = ("variable", "zeros", "mean", "normal")
 _SHOWN = 3  # duplicate tokens or bad indices named in a message
-_STATS_BLOCK = 1 << 18  # values per float64 block when old rows are summed
+STATS_BLOCK = 1 << 15  # values per float64 block when old rows are summed (256 KiB: a block stays in cache)
 
 
 class RowCounts(typing.NamedTuple):
@@ -67,7 +67,8 @@ class RowMap:
         if indices.ndim != 1 or not (indices.size == 0 or np.issubdtype(indices.dtype, np.integer)):
             raise RowMapError(f"a row map is a 1-D array of integer row indices, got {indices.dtype} "
                               f"{list(indices.shape)}; e.g. RowMap.from_indices([2, 0, -1])")
-        indices = indices.astype(np.int64)
+        if indices.dtype != np.int64 or indices.flags.writeable:  # another map's indices are shared, not copied
+            indices = indices.astype(np.int64)
         below = np.flatnonzero(indices < -1)
         if below.size:
             raise RowMapError(f"row map from {self.source}: new row {below[0]} takes old row {indices[below[0]]}; "
@@ -247,23 +248,46 @@ def fill_rows(rows, old_stats, count, row_shape, dtype, *, slot=False):
 
 
 class RowStats:
-    """The sum and sum of squares of old rows, added part by part (float64), for 'mean' and 'normal'."""
+    """The sum and sum of squares of old rows, added part by part (float64), for 'mean' and 'normal'.
+
+    Rows are summed in blocks counted from the tensor's first row, however they arrive (whole, or
+    part by part), so a tensor read in parts gives the very sums it gives read whole.
+    """
 
     def __init__(self):
         self.count, self.total, self.squares = 0, None, 0.0
+        self._pending = None  # float64 rows of a block that the next part completes
 
     def add(self, rows_first):
-        """Add a block of old rows (rows on the first axis), a few thousand at a time: a float64 copy
+        """Add the next old rows (rows on the first axis), a few thousand at a time: a float64 copy
         of a whole embedding would double the memory the rows take."""
-        step = max(1, _STATS_BLOCK // max(1, int(np.prod(rows_first.shape[1:]))))
-        for start in range(0, rows_first.shape[0], step):
+        step = max(1, STATS_BLOCK // max(1, int(np.prod(rows_first.shape[1:]))))
+        first = 0
+        if self._pending is not None:
+            first = step - self._pending.shape[0]
+            values = np.concatenate([self._pending, rows_first[:first].astype(np.float64)])
+            self._pending = None
+            if values.shape[0] < step:
+                self._pending = values
+                return
+            self._sum(values)
+        for start in range(first, rows_first.shape[0], step):
             values = rows_first[start:start + step].astype(np.float64)
-            total = values.sum(axis=0)
-            self.total = total if self.total is None else self.total + total
-            self.squares += float(np.vdot(values, values))
-            self.count += values.shape[0]
+            if values.shape[0] < step:
+                self._pending = values
+                return
+            self._sum(values)
+
+    def _sum(self, values):
+        total = values.sum(axis=0)
+        self.total = total if self.total is None else self.total + total
+        self.squares += float(np.vdot(values, values))
+        self.count += values.shape[0]
 
     def result(self) -> dict:
+        if self._pending is not None:
+            self._sum(self._pending)
+            self._pending = None
         if not self.count:
             return {"mean": np.zeros(()), "std": 0.0}
         mean = self.total / self.count

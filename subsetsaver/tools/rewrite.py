@@ -20,12 +20,14 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 
 from .. import catalog as catalog_module
 from ..formats import checkpoint_writer, registry, tf_bundle
-from ..planning import map_rows, renamed_names, resolve_rows
+from ..planning import map_rows, map_rows_by_part, renamed_names, resolve_rows, split_by_rows
 from ..selectors import as_selector
 
 FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
@@ -97,10 +99,12 @@ def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, rows=None, 
     nbytes = sum(catalog_module.value_bytes(row.shape, row.new_dtype) for row in rows)
     if dry_run:
         return RewriteReport(source, output, rows, dropped, nbytes, written=False, row_counts=row_counts)
-    moved = {new_names[name]: found for name, found in mapped.items()}
-    written = checkpoint_writer.write_checkpoint(
-        output, map_rows(_rewritten(source, rows), moved), checkpoint_format=output_format, sources=[source],
-        overwrite=overwrite, specs=[(row.new, row.shape, row.new_dtype) for row in rows])
+    source_format = registry.format_of(source)
+    by_part = mapped and output_format.holds_parts and hasattr(source_format, "part_reader")
+    with source_format.part_reader(source) if by_part else contextlib.nullcontext() as reader:
+        written = checkpoint_writer.write_checkpoint(
+            output, _rewritten(source, rows, mapped, records, reader), checkpoint_format=output_format,
+            sources=[source], overwrite=overwrite, specs=[(row.new, row.shape, row.new_dtype) for row in rows])
     return RewriteReport(source, output, rows, dropped, written.nbytes, written=True, row_counts=row_counts)
 
 
@@ -135,9 +139,38 @@ def _cast_dtypes(cat, kept, cast) -> dict:
     return new_dtypes
 
 
-def _rewritten(source, rows):
-    """Yield ``(new name, array)`` for ``rows``, reading one tensor at a time and casting it."""
+def _rewritten(source, rows, mapped, records, reader=None):
+    """Yield ``(new name, array)`` for ``rows``, reading one tensor at a time, its rows moved by
+    ``mapped`` and cast; with a ``reader`` of the source's parts, a row-mapped tensor stored in
+    parts along its rows is read and written part by part (``(new name, part, (shape, offset))``)."""
     casts = {row.old: _numpy_float(row.new_dtype) for row in rows if row.dtype != row.new_dtype}
     new_names = {row.old: row.new for row in rows}
-    for name, value in catalog_module.read_tensors(source, [row.old for row in rows]):
-        yield new_names[name], value.astype(casts[name]) if name in casts else value
+
+    def cast(name, value):
+        return value.astype(casts[name]) if name in casts else value
+
+    def whole(batch):
+        names = [row.old for row in batch]
+        moved = {name: mapped[name] for name in names if name in mapped}
+        values = reader.read_many(names) if reader is not None else catalog_module.read_tensors(source, names)
+        for name, value in map_rows(values, moved):
+            yield new_names[name], cast(name, value)
+            del value
+
+    batch = []
+    for row in rows:
+        old_shape = tuple(records[row.old].shape)
+        parts = None
+        if reader is not None and row.old in mapped:
+            parts = split_by_rows(old_shape, reader.parts(row.old), mapped[row.old][0])
+        if parts is None:
+            batch.append(row)
+            continue
+        yield from whole(batch)
+        batch = []
+        rowmap, slot = mapped[row.old]
+        for part, offset in map_rows_by_part(old_shape, parts, functools.partial(reader.read_part, row.old), rowmap,
+                                             slot=slot):
+            yield row.new, cast(row.old, part), (row.shape, offset)
+            del part
+    yield from whole(batch)

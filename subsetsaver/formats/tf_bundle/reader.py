@@ -127,6 +127,30 @@ class BundleReader:
             value[where] = self._read_stored(stored)
         return value
 
+    def parts(self, name) -> tuple:
+        """The regions (``((start, stop), ...)`` per dimension) of the parts tensor ``name`` is stored in,
+        in key order; empty for a tensor stored whole, or whose parts were too many to be told apart
+        on opening (read it whole: :meth:`read` checks them).
+
+        reader.parts('body/emb')[:2]
+        # (((0, 1920), (0, 64)), ((1920, 3840), (0, 64)))
+        """
+        tensor = self._index.tensors[self._known(name)]
+        return tuple(region for region, _ in tensor.parts) if tensor.disjoint else ()
+
+    def read_part(self, name, region) -> np.ndarray:
+        """The value of the part of tensor ``name`` stored at ``region`` (one of :meth:`parts`), its
+        checksum verified: what a partitioned tensor is read by without assembling it.
+
+        reader.read_part('body/emb', reader.parts('body/emb')[0]).shape
+        # (1920, 64)
+        """
+        tensor = self._index.tensors[self._known(name)]
+        for stored_region, stored in tensor.parts:
+            if stored_region == tuple(region):
+                return self._read_stored(stored)
+        raise KeyError(f"tensor '{clipped(name)}' of checkpoint '{self.prefix}' has no part at {region}")
+
     def read_many(self, names):
         """Yield ``(name, value)`` for each of ``names``, in order, each verified as :meth:`read` verifies it.
 
