@@ -3,8 +3,10 @@
 Opening a :class:`BundleReader` reads the ``.index`` whole, checks its table (checksums,
 key order), header and every entry (see :mod:`.index`), and each tensor's bytes against
 the size of its data file, before any value is read. :meth:`BundleReader.read` then
-reads one tensor's bytes and nothing else (``os.preadv`` into the array it returns),
-checks them against their checksum, and returns them as TensorFlow's
+reads one tensor's bytes and nothing else (``os.preadv`` into the array it returns, in
+pieces each checksummed on a background thread while the next is read; a large array's
+memory is reused for a later tensor once every view of it is dropped), checks them
+against their checksum, and returns them as TensorFlow's
 ``tf.train.load_checkpoint(prefix).get_tensor(name)`` does: numpy arrays of the true
 dtype (ml_dtypes' bfloat16, float8 and int4 types), strings as an object array of
 ``bytes``, a partitioned variable assembled from its parts.
@@ -30,14 +32,27 @@ import numpy as np
 
 from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
 from .. import storage
+from ..npz.memory import recycled_bytes
 from . import dtypes as dtype_table
-from .checksums import crc32c, unmasked
+from .checksums import RunningCrc, crc32c, unmasked
 from .index import check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table
 
 _LARGEST_UINT32 = 0xFFFFFFFF
 _NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
+PIECE_BYTES = 4 << 20  # a local tensor is read and checksummed this many bytes at a time
+_RECYCLED_FROM = 8 << 20  # tensors this large are read into memory reused across reads
+
+
+def new_buffer(nbytes):
+    """An uninitialized uint8 array of ``nbytes`` to read a tensor into: a large one in memory that goes
+    back to be reused for a later read of a similar size once every view of it is dropped (memory
+    faulted in afresh costs more than reading the file from the page cache)."""
+    if nbytes < _RECYCLED_FROM:
+        return np.empty(nbytes, dtype=np.uint8)
+    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
+    return recycled_bytes(-(-nbytes // step) * step)[:nbytes].view(np.ndarray)
 
 
 def _size_or_none(path):
@@ -153,6 +168,40 @@ class BundleReader:
                 del value  # before the next tensor is waited for: only the caller may still hold this one
             at += len(run)
 
+    def streamable(self, name) -> bool:
+        """Whether :meth:`pieces` streams tensor ``name``: one stored run of fixed-width elements (not a
+        partitioned or string tensor) in a data file read locally."""
+        tensor = self._index.tensors[self._known(name)]
+        stored = tensor.stored
+        return (stored is not None and stored.data_type.fixed_width and stored.data_type is not dtype_table.STRING
+                and len(tensor.spec.shape) <= _NUMPY_MAX_DIMENSIONS and not hasattr(self._data_file(stored), "read_ranges"))
+
+    def pieces(self, name, buffers):
+        """Yield the elements of tensor ``name`` (see :meth:`streamable`) in order, flat, in pieces, each
+        read into the next of ``buffers`` (uint8 arrays of one size, a multiple of 16, used in turn: a piece stays as
+        read until ``len(buffers) - 1`` more are taken) and checksummed on a background thread while the
+        caller looks at it. Once the last piece is taken, CorruptCheckpointError unless the checksum is right:
+        nothing learnt from the pieces may be used before then.
+
+        total = sum(p.sum() for p in reader.pieces('dense/w', [np.empty(PIECE_BYTES, np.uint8) for _ in range(2)]))
+        """
+        stored = self._index.tensors[self._known(name)].stored
+        data_file, running = self._data_file(stored), RunningCrc()
+        dtype = dtype_table.numpy_dtype(stored.data_type)
+        pending = [None] * len(buffers)
+        step = len(buffers[0])
+        for number, start in enumerate(range(0, stored.size, step)):
+            slot = number % len(buffers)
+            if pending[slot] is not None:
+                pending[slot].result()  # its last piece is checksummed: the buffer may be filled again
+            piece = buffers[slot][:min(step, stored.size - start)]
+            data_file.read_into(stored.offset + start, piece)
+            pending[slot] = running.feed(piece)
+            if stored.data_type.name == "bool" and piece.max() > 1:
+                raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
+            yield piece.view(dtype)
+        self._check_sum(stored, running.value())
+
     # -----------------------------------------------------------------------------
 
     def _ranged_run(self, names, at):
@@ -196,14 +245,23 @@ class BundleReader:
             raise UnsupportedDtypeError(
                 f"cannot read {stored.subject} of checkpoint '{self.prefix}': {data_type.name} tensors hold "
                 "serialized C++ objects that only TensorFlow can read")
-        value = np.empty(stored.count, dtype=dtype_table.numpy_dtype(data_type))
-        self._data_file(stored).read_into(stored.offset, value.view(np.uint8))
-        return self._checked(stored, value)
+        raw = new_buffer(stored.size)
+        data_file = self._data_file(stored)
+        if hasattr(data_file, "read_ranges") or stored.size < 2 * PIECE_BYTES:  # a bucket: one request
+            data_file.read_into(stored.offset, raw)
+            return self._checked(stored, raw.view(dtype_table.numpy_dtype(data_type)))
+        running = RunningCrc()
+        for start in range(0, stored.size, PIECE_BYTES):  # each piece checksummed while the next is read
+            piece = raw[start:start + PIECE_BYTES]
+            data_file.read_into(stored.offset + start, piece)
+            running.feed(piece)
+        return self._checked(stored, raw.view(dtype_table.numpy_dtype(data_type)), running.value())
 
-    def _checked(self, stored, value):
-        """``value`` (the flat bytes of ``stored``, read) in its shape, once its checksum and bools are right."""
+    def _checked(self, stored, value, checksum=None):
+        """``value`` (the flat bytes of ``stored``, read) in its shape, once its checksum (``checksum``:
+        already computed over those bytes) and bools are right."""
         raw = value.view(np.uint8)
-        self._check_sum(stored, crc32c(raw))
+        self._check_sum(stored, crc32c(raw) if checksum is None else checksum)
         if stored.data_type.name == "bool" and raw.size and raw.max() > 1:
             raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
         return value.reshape(stored.shape)
