@@ -25,8 +25,10 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -62,6 +64,18 @@ def _size_or_none(path):
         return None
 
 
+_read_ahead_lock = threading.Lock()
+_read_ahead_thread = []
+
+
+def _read_ahead():
+    """The one thread that reads the next tensor of :meth:`BundleReader.read_many` ahead of the caller."""
+    with _read_ahead_lock:
+        if not _read_ahead_thread:
+            _read_ahead_thread.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-read"))
+        return _read_ahead_thread[0]
+
+
 class BundleReader:
     """The tensors of the checkpoint at ``prefix`` (the path without ``.index``), validated on opening.
 
@@ -91,6 +105,7 @@ class BundleReader:
         self.names = tuple(self._index.tensors)
         self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
         self._files = {}
+        self._opening = threading.Lock()
 
     def __enter__(self):
         return self
@@ -146,27 +161,41 @@ class BundleReader:
         """Yield ``(name, value)`` for each of ``names``, in order, each verified as :meth:`read` verifies it.
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
-        ``names`` are requested together: neighbours in one request, several requests in flight.
+        ``names`` are requested together: neighbours in one request, several requests in flight. A local
+        file's next tensor is read on a background thread while the caller has this one.
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
         """
         names = list(names)
-        at = 0
-        while at < len(names):
-            run = self._ranged_run(names, at)
-            if not run:
-                yield names[at], self.read(names[at])
+        at, ahead = 0, None  # ahead: the next local tensor, being read on the read-ahead thread
+        try:
+            while at < len(names):
+                run = self._ranged_run(names, at)
+                if run:
+                    yield from self._read_run(run)
+                    at += len(run)
+                    continue
+                value = self.read(names[at]) if ahead is None else ahead.result()
+                ahead = None
+                if at + 1 < len(names) and not self._ranged_run(names, at + 1):
+                    ahead = _read_ahead().submit(self.read, names[at + 1])  # while the caller has this one
+                yield names[at], value
+                del value  # the caller's alone: with the one read ahead, two tensors in memory
                 at += 1
-                continue
-            values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
-            ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
-            fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
-            for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
-                value, values[number] = values[number], None  # held by the caller only, once handed out
-                yield name, self._checked(stored, value)
-                del value  # before the next tensor is waited for: only the caller may still hold this one
-            at += len(run)
+        finally:
+            if ahead is not None and not ahead.cancel():
+                ahead.exception()  # the file stays open until the read ahead is done with it
+
+    def _read_run(self, run):
+        """Yield ``(name, value)`` of a run of :meth:`_ranged_run`, fetched with several requests in flight."""
+        values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
+        ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
+        fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
+        for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
+            value, values[number] = values[number], None  # held by the caller only, once handed out
+            yield name, self._checked(stored, value)
+            del value  # before the next tensor is waited for: only the caller may still hold this one
 
     def streamable(self, name) -> bool:
         """Whether :meth:`pieces` streams tensor ``name``: one stored run of fixed-width elements (not a
@@ -227,6 +256,10 @@ class BundleReader:
         return data_path(self.prefix, shard, self.num_shards)
 
     def _data_file(self, stored):
+        with self._opening:  # the read-ahead thread opens files too
+            return self._open_data_file(stored)
+
+    def _open_data_file(self, stored):
         if stored.shard not in self._files:
             path = self._data_path(stored.shard)
             try:
