@@ -219,6 +219,7 @@ class BundleReader:
         dtype = dtype_table.numpy_dtype(stored.data_type)
         pending = [None] * len(buffers)
         step = len(buffers[0])
+        data_file.will_need(stored.offset, stored.size)
         for number, start in enumerate(range(0, stored.size, step)):
             slot = number % len(buffers)
             if pending[slot] is not None:
@@ -284,6 +285,7 @@ class BundleReader:
             data_file.read_into(stored.offset, raw)
             return self._checked(stored, raw.view(dtype_table.numpy_dtype(data_type)))
         running = RunningCrc()
+        data_file.will_need(stored.offset, stored.size)
         for start in range(0, stored.size, PIECE_BYTES):  # each piece checksummed while the next is read
             piece = raw[start:start + PIECE_BYTES]
             data_file.read_into(stored.offset + start, piece)
