@@ -214,3 +214,29 @@ def test_a_streamed_diff_holds_small_buffers_only(tmp_path, monkeypatch):
     report = diff(prefix, other, progress=False)
     assert report.counts() == {"equal": 2, "changed": 1}
     assert set(sizes) == {diff_module._PIECE_BYTES} and len(sizes) == 2 * 3 * diff_module._BUFFERS
+
+
+def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_path):
+    from subsetsaver.formats.tf_bundle import reader as reader_module
+
+    values = {f"t{index}": np.full(1000, index, np.float32) for index in range(5)}
+    first = tf_bundle.write(tmp_path / "a", values)
+    second = tf_bundle.write(tmp_path / "b", values)
+    with tf_bundle.BundleReader(first) as a, tf_bundle.BundleReader(second) as b:
+        pairs = zip(a.read_many(sorted(values)), b.read_many(sorted(values)))  # side by side, as average reads
+        assert [(x[0], y[0], x[1][0], y[1][0]) for x, y in pairs] == \
+               [(name, name, index, index) for index, name in enumerate(sorted(values))]
+        stopped = a.read_many(sorted(values))
+        next(stopped)
+        stopped.close()  # left early: what it read ahead is given back
+    assert reader_module._one_ahead.acquire(blocking=False)
+    reader_module._one_ahead.release()
+    damaged = tf_bundle.write(tmp_path / "c", big_values())
+    damage(damaged, "big/w", 5)
+    with tf_bundle.BundleReader(damaged) as reader:
+        read = reader.read_many(["small/b", "big/w", "step"])
+        assert next(read)[0] == "small/b"
+        with pytest.raises(CorruptCheckpointError, match="big/w"):  # the read ahead's error, in its turn
+            next(read)
+    assert reader_module._one_ahead.acquire(blocking=False)
+    reader_module._one_ahead.release()

@@ -66,6 +66,15 @@ def _size_or_none(path):
 
 _read_ahead_lock = threading.Lock()
 _read_ahead_thread = []
+_one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
+
+
+def _taken(ahead):
+    """The value read ahead, handed over (the process may read another ahead), or its error."""
+    try:
+        return ahead.result()
+    finally:
+        _one_ahead.release()
 
 
 def _read_ahead():
@@ -162,7 +171,8 @@ class BundleReader:
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
         ``names`` are requested together: neighbours in one request, several requests in flight. A local
-        file's next tensor is read on a background thread while the caller has this one.
+        file's next tensor is read on a background thread while the caller has this one (one such tensor in
+        the process: a reader beside another that has one reads in turn).
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
@@ -176,16 +186,20 @@ class BundleReader:
                     yield from self._read_run(run)
                     at += len(run)
                     continue
-                value = self.read(names[at]) if ahead is None else ahead.result()
-                ahead = None
-                if at + 1 < len(names) and not self._ranged_run(names, at + 1):
+                if ahead is None:
+                    value = self.read(names[at])
+                else:
+                    taken, ahead = ahead, None
+                    value = _taken(taken)
+                if at + 1 < len(names) and not self._ranged_run(names, at + 1) and _one_ahead.acquire(blocking=False):
                     ahead = _read_ahead().submit(self.read, names[at + 1])  # while the caller has this one
                 yield names[at], value
-                del value  # the caller's alone: with the one read ahead, two tensors in memory
+                del value  # the caller's alone: with the one read ahead in the process, two tensors in memory
                 at += 1
         finally:
-            if ahead is not None and not ahead.cancel():
-                ahead.exception()  # the file stays open until the read ahead is done with it
+            if ahead is not None:
+                ahead.cancel() or ahead.exception()  # the file stays open until the read ahead is done with it
+                _one_ahead.release()
 
     def _read_run(self, run):
         """Yield ``(name, value)`` of a run of :meth:`_ranged_run`, fetched with several requests in flight."""
