@@ -69,6 +69,35 @@ _read_ahead_thread = []
 _one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
 
 
+_END = object()
+
+
+def _one_ahead_of(items):
+    """Yield what the iterator ``items`` yields, its next item taken on the read-ahead thread while the
+    caller has this one, when no other item is being read ahead in the process (else on the caller's
+    thread, in turn). An error comes in its turn; leaving early gives the slot back."""
+    iterator, ahead = iter(items), None
+    try:
+        while True:
+            if ahead is None:
+                item = next(iterator, _END)
+            else:
+                taken, ahead = ahead, None
+                item = _taken(taken)
+            if item is _END:
+                return
+            if _one_ahead.acquire(blocking=False):
+                ahead = _read_ahead().submit(next, iterator, _END)
+            yield item
+            del item  # the caller's alone: with the one read ahead, two tensors in memory
+    finally:
+        if ahead is not None:
+            ahead.cancel() or ahead.exception()  # the file stays open until the read ahead is done with it
+            _one_ahead.release()
+        if hasattr(iterator, "close"):
+            iterator.close()  # its requests still in flight are cancelled now, not when it is collected
+
+
 def _taken(ahead):
     """The value read ahead, handed over (the process may read another ahead), or its error."""
     try:
@@ -170,36 +199,25 @@ class BundleReader:
         """Yield ``(name, value)`` for each of ``names``, in order, each verified as :meth:`read` verifies it.
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
-        ``names`` are requested together: neighbours in one request, several requests in flight. A local
-        file's next tensor is read on a background thread while the caller has this one (one such tensor in
-        the process: a reader beside another that has one reads in turn).
+        ``names`` are requested together: neighbours in one request, several requests in flight. The next
+        tensor is read (fetched, checksummed) on a background thread while the caller has this one: one such
+        tensor in the process, so a reader beside another that has one reads in turn.
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
         """
-        names = list(names)
-        at, ahead = 0, None  # ahead: the next local tensor, being read on the read-ahead thread
-        try:
-            while at < len(names):
-                run = self._ranged_run(names, at)
-                if run:
-                    yield from self._read_run(run)
-                    at += len(run)
-                    continue
-                if ahead is None:
-                    value = self.read(names[at])
-                else:
-                    taken, ahead = ahead, None
-                    value = _taken(taken)
-                if at + 1 < len(names) and not self._ranged_run(names, at + 1) and _one_ahead.acquire(blocking=False):
-                    ahead = _read_ahead().submit(self.read, names[at + 1])  # while the caller has this one
-                yield names[at], value
-                del value  # the caller's alone: with the one read ahead in the process, two tensors in memory
+        return _one_ahead_of(self._read_in_order(list(names)))
+
+    def _read_in_order(self, names):
+        at = 0
+        while at < len(names):
+            run = self._ranged_run(names, at)
+            if run:
+                yield from self._read_run(run)
+                at += len(run)
+            else:
+                yield names[at], self.read(names[at])
                 at += 1
-        finally:
-            if ahead is not None:
-                ahead.cancel() or ahead.exception()  # the file stays open until the read ahead is done with it
-                _one_ahead.release()
 
     def _read_run(self, run):
         """Yield ``(name, value)`` of a run of :meth:`_ranged_run`, fetched with several requests in flight."""
