@@ -240,3 +240,10 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
             next(read)
     assert reader_module._one_ahead.acquire(blocking=False)
     reader_module._one_ahead.release()
+
+
+def test_equal_bytes_in_another_byte_order_are_measured_as_values():
+    little = np.array([1.0, 2.0, 3.0], dtype="<f4")
+    same_bytes_other_order = np.frombuffer(little.tobytes(), dtype=">f4")
+    assert diff_module._measure(little, same_bytes_other_order, 0, 0)[0] == "changed"
+    assert diff_module._measure(little, little.astype(">f4"), 0, 0) == ("equal", 0.0, 0.0, 0.0)

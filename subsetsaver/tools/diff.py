@@ -12,8 +12,10 @@ prefix or directory, ``.npz``, ``.safetensors``) or a live ``tf.compat.v1.Sessio
 * ``shape`` / ``dtype``: the two disagree on it (values not compared).
 
 ``remap`` renames A's tensors (``{old: new}`` rules, as ``rewrite`` reads them) before
-pairing them with B's. One tensor of each side is in memory at a time, and the
-differences are taken in chunks, never as float64 copies of whole tensors.
+pairing them with B's. Two local TensorFlow checkpoints are compared in 1 MiB pieces read
+into reused buffers, each side verified against its checksums: pieces of equal bytes
+cost one comparison, only differing ones are measured. Other sources give one tensor of
+each side at a time. Differences are taken in chunks, never as float64 copies of whole tensors.
 
 Example::
 
@@ -165,8 +167,8 @@ def _whole_values(side_a, side_b, compared, atol, rtol):
 
 
 def _streamed_values(streams_a, streams_b, compared, atol, rtol):
-    """The measurement of each pair ``compared``, the plain tensors streamed through four small buffers
-    (compared where they were read), any other read whole."""
+    """The measurement of each pair ``compared``, the plain tensors streamed through ``_BUFFERS`` small
+    buffers a side (compared where they were read), any other read whole."""
     buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(_BUFFERS)] for _ in range(2)]
     for _, a_record, b_record in compared:
         if streams_a.streamable(a_record.name) and streams_b.streamable(b_record.name):
@@ -231,7 +233,7 @@ def _measure(a, b, atol, rtol):
 def _measure_streamed(streams_a, name_a, streams_b, name_b, dtype, buffers, atol, rtol):
     """:func:`_measure` of tensor ``name_a`` of ``streams_a`` and ``name_b`` of ``streams_b`` (see
     :meth:`CheckpointFormat.streams`; ``dtype``: their dtype's name), read in pieces into ``buffers``
-    (two lists of two) and compared where they lie: both sides verified before the answer is given."""
+    (a list a side) and compared where they lie: both sides verified before the answer is given."""
     measure = None
     for x, y in zip(streams_a.pieces(name_a, buffers[0]), streams_b.pieces(name_b, buffers[1]), strict=True):
         measure = measure or _Measure(x.dtype.kind, atol, rtol)
@@ -355,7 +357,9 @@ def _scratch(count):
 
 
 def _same_bytes(a, b) -> bool:
-    """Whether two arrays of one dtype and size hold the same bytes (their values need no measuring)."""
+    """Whether two arrays of one size hold the same bytes in the same dtype (their values need no measuring)."""
+    if a.dtype != b.dtype:  # a byte order of its own, say: equal bytes would not be equal values
+        return False
     raw_a, raw_b = a.view(np.uint8), b.view(np.uint8)
     if raw_a.size % 8 == 0:  # eight bytes a comparison
         raw_a, raw_b = raw_a.view(np.uint64), raw_b.view(np.uint64)
