@@ -247,3 +247,12 @@ def test_equal_bytes_in_another_byte_order_are_measured_as_values():
     same_bytes_other_order = np.frombuffer(little.tobytes(), dtype=">f4")
     assert diff_module._measure(little, same_bytes_other_order, 0, 0)[0] == "changed"
     assert diff_module._measure(little, little.astype(">f4"), 0, 0) == ("equal", 0.0, 0.0, 0.0)
+
+
+def test_crc32c_runs_in_the_c_library_and_without_it(monkeypatch):
+    data = np.random.default_rng(1).integers(0, 256, (5 << 20) + 1, dtype=np.uint8)
+    expected = google_crc32c.value(data.tobytes())
+    if google_crc32c.implementation == "c":  # the build that ships the C library: the GIL-free call is there
+        assert checksums._c_extend() is not None
+    monkeypatch.setattr(checksums, "_c_extend", lambda: None)  # the pure-Python build: copied pieces
+    assert checksums.crc32c(data) == expected and checksums.crc32c(data[:0]) == 0
