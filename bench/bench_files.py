@@ -6,7 +6,8 @@
   OUT.safetensors``, against a TensorFlow script that loads the same tensors with
   ``tf.train.load_checkpoint`` and writes them with ``SaveV2``; the note gives each side's peak
   resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor;
-- ``subsetsaver diff A B`` and ``subsetsaver average A B -o OUT`` on two such checkpoints, against
+- ``subsetsaver diff A B`` (every tensor changed; and a checkpoint against its copy) and
+  ``subsetsaver average A B -o OUT`` on two such checkpoints, against
   TensorFlow scripts that read both with ``tf.train.load_checkpoint`` and compare them with numpy,
   or average them and write the result with ``SaveV2``; the note gives the read rate and peaks;
 - ``subsetsaver convert CKPT OUT --to name`` of a TF2 object-based checkpoint (``tf.train.Checkpoint``
@@ -167,6 +168,14 @@ def run(report=print_line):
             ours_cli + ["diff", prefix, second, "--json"], [sys.executable, "-c", TF_DIFF, prefix, second], clean,
             ours_allowed=(1,))  # 1: the checkpoints differ
         report("diff two of them (every tensor changed)", ours, theirs,
+               f"ours reads {read / ours:.0f} MB/s; peak RSS ours {ours_peak / 2**20:.0f} MB, "
+               f"TensorFlow {theirs_peak / 2**20:.0f} MB")
+        copy = os.path.join(directory, "copy")
+        for suffix in (".index", ".data-00000-of-00001"):
+            shutil.copyfile(prefix + suffix, copy + suffix)
+        (ours, ours_peak), (theirs, theirs_peak) = paired(
+            ours_cli + ["diff", prefix, copy, "--json"], [sys.executable, "-c", TF_DIFF, prefix, copy], clean)
+        report("diff one and its copy (equal bytes)", ours, theirs,
                f"ours reads {read / ours:.0f} MB/s; peak RSS ours {ours_peak / 2**20:.0f} MB, "
                f"TensorFlow {theirs_peak / 2**20:.0f} MB")
         (ours, ours_peak), (theirs, theirs_peak) = paired(

@@ -92,14 +92,15 @@ def best_of(function, repeat=5):
     return best
 
 
-def print_line(label, ours, theirs, note=""):
+def print_line(label, ours, theirs, note="", reference_name="tensorflow"):
     """``label  ours 12.3 ms (11.9-13.0) | tensorflow 10.1 ms (...) | ratio 1.22x (1.10-1.31)  note``.
 
-    ``ours`` and ``theirs`` are seconds or :class:`Timing` values; ``theirs`` may be None.
+    ``ours`` and ``theirs`` are seconds or :class:`Timing` values; ``theirs`` may be None;
+    ``reference_name``: what ``theirs`` ran (``cat`` for the read-rate lines).
     """
     text = f"{label:<58} ours {_timing_text(ours):>24}"
     if theirs is not None:
-        text += f" | tensorflow {_timing_text(theirs):>24} | ratio {_ratio_text(ours, theirs)}"
+        text += f" | {reference_name} {_timing_text(theirs):>24} | ratio {_ratio_text(ours, theirs)}"
     if note:
         text += f"  {note}"
     print(text, flush=True)

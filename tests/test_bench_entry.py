@@ -12,7 +12,7 @@ def bench(*args):
                           timeout=120)
 
 
-CHOICES = "selectors, planner, audit, portable, long_runs, files, meta, rows, layouts, background_saves"
+CHOICES = "selectors, planner, audit, portable, long_runs, files, meta, rows, layouts, background_saves, reads"
 
 
 def test_help_prints_usage():

@@ -34,7 +34,7 @@ from ..errors import (
 )
 from . import publish, storage, subset_manifest, tf_state
 from .progress import progress_bar
-from .tf_bundle.checksums import crc32c
+from .tf_bundle.checksums import RunningCrc, crc32c
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,15 +173,31 @@ def verify(checkpoint_format, path, expected, parts=None) -> None:
 
 
 def _expected(array) -> tuple:
-    return tuple(array.shape), array.dtype, _crc_of(array)
+    """(shape, dtype, checksum) of a tensor given to the writer: its checksum taken in the background
+    while the format writes it."""
+    return tuple(array.shape), array.dtype, _checksum_of(array)
 
 
 def _compare(path, name, value, expected):
     shape, dtype, checksum = expected
+    if isinstance(checksum, RunningCrc):
+        checksum = checksum.value()
     if value.shape != shape or value.dtype != dtype or _crc_of(value) != checksum:
         raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was "
                                      "written; the disk or the file system lost bytes: write it again",
                                      path=path)
+
+
+def _checksum_of(array):
+    """:func:`_crc_of` ``array``: a RunningCrc for one of fixed-width elements, taken on the checksum thread."""
+    import numpy as np
+
+    array = np.asarray(array)
+    if array.dtype.kind in "OSU":
+        return _crc_of(array)
+    running = RunningCrc()
+    running.feed(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    return running
 
 
 def _crc_of(array) -> int:

@@ -81,6 +81,13 @@ class CheckpointFormat:
         """Yield ``(name, array)`` for each of ``names``, one in memory at a time, each verified."""
         raise NotImplementedError
 
+    def streams(self, path):
+        """The checkpoint at ``path`` as verified streams of bytes, or None where this format (or the
+        file system) reads only whole arrays. Else a context manager with ``streamable(name)``,
+        ``pieces(name, buffers)`` (see :meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`) and
+        ``read(name)``, by the names :meth:`read` takes."""
+        return None
+
     def files(self, path) -> list:
         """The files of the checkpoint at ``path`` that exist."""
         raise NotImplementedError

@@ -229,6 +229,9 @@ class RangeReader:
         self.close()
         return False
 
+    def will_need(self, offset, count) -> None:
+        """A hint: bytes ``offset`` to ``offset + count`` are read next (a local file starts fetching them)."""
+
     def read(self, offset, count) -> bytes:
         """``count`` bytes from ``offset``; CorruptCheckpointError if the file ends first."""
         import numpy as np
@@ -258,6 +261,12 @@ class LocalReader(RangeReader):
                 raise ended_early(self.path)
             done += got
         return buffer
+
+    def will_need(self, offset, count) -> None:
+        """Ask the kernel to read ``count`` bytes from ``offset`` ahead, while the pieces before them are
+        looked at (a cold file is then read at the disk's pace, not one piece's)."""
+        if hasattr(os, "posix_fadvise") and count:
+            os.posix_fadvise(self._descriptor, offset, count, os.POSIX_FADV_WILLNEED)
 
     def close(self):
         if self._descriptor is not None:

@@ -95,6 +95,21 @@ class BundleFormat(CheckpointFormat):
     def commit_file(self, path) -> str:
         return tf_bundle.index_path(path)
 
+    def streams(self, path):
+        prefix = checkpoint_prefix(path)
+        if not storage.is_local(prefix):
+            return None
+        reader = tf_bundle.BundleReader(prefix)
+        try:
+            return _Streams(reader, self._keys(reader))
+        except BaseException:
+            reader.close()
+            raise
+
+    def _keys(self, reader) -> dict | None:
+        """Name -> the key the bundle stores it under, or None where they are the same."""
+        return None
+
     def _is_object_based(self, path) -> bool | None:
         if not is_bundle(path):
             return None
@@ -138,6 +153,36 @@ class NameBasedFormat(BundleFormat):
                 del item
         return {tf_bundle.data_path(final, shard, num_shards): tf_bundle.data_path(staged, shard, num_shards)
                 for shard in range(num_shards)} | {tf_bundle.index_path(final): tf_bundle.index_path(staged)}
+
+
+class _Streams:
+    """A bundle's tensors as streams of verified pieces, by the names its format reads them by."""
+
+    def __init__(self, reader, keys):
+        self._reader, self._keys = reader, keys
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self._reader.close()
+        return False
+
+    def _key(self, name):
+        if self._keys is None:
+            return name
+        if name not in self._keys:
+            raise KeyError(f"checkpoint '{self._reader.prefix}' holds no tensor '{name}'")
+        return self._keys[name]
+
+    def streamable(self, name) -> bool:
+        return self._reader.streamable(self._key(name))
+
+    def pieces(self, name, buffers):
+        return self._reader.pieces(self._key(name), buffers)
+
+    def read(self, name):
+        return self._reader.read(self._key(name))
 
 
 NAME = NameBasedFormat()

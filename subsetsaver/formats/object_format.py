@@ -80,13 +80,16 @@ class ObjectBasedFormat(BundleFormat):
 
     def read(self, path, names):
         with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
-            graph = tf_object_graph.read_object_graph(reader)
-            keys = {name: key for key, name in object_checkpoint_names(
-                graph, [key for key in reader.names if key not in BOOKKEEPING]).items()}
+            keys = self._keys(reader)
             for name in names:
                 if name not in keys:
                     raise KeyError(f"checkpoint '{reader.prefix}' holds no tensor '{name}'")
                 yield name, reader.read(keys[name])
+
+    def _keys(self, reader) -> dict:
+        graph = tf_object_graph.read_object_graph(reader)
+        return {name: key for key, name in object_checkpoint_names(
+            graph, [key for key in reader.names if key not in BOOKKEEPING]).items()}
 
 
 OBJECT = ObjectBasedFormat()

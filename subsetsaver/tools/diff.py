@@ -12,8 +12,10 @@ prefix or directory, ``.npz``, ``.safetensors``) or a live ``tf.compat.v1.Sessio
 * ``shape`` / ``dtype``: the two disagree on it (values not compared).
 
 ``remap`` renames A's tensors (``{old: new}`` rules, as ``rewrite`` reads them) before
-pairing them with B's. One tensor of each side is in memory at a time, and the
-differences are taken in chunks, never as float64 copies of whole tensors.
+pairing them with B's. Two local TensorFlow checkpoints are compared in 1 MiB pieces read
+into reused buffers, each side verified against its checksums: pieces of equal bytes
+cost one comparison, only differing ones are measured. Other sources give one tensor of
+each side at a time. Differences are taken in chunks, never as float64 copies of whole tensors.
 
 Example::
 
@@ -25,21 +27,26 @@ Example::
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
+import threading
 
 import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import EmptySelectionError
 from ..formats import progress as progress_bars
+from ..formats import registry
 from ..planning import joined, layout_of, renamed_names
 from ..selectors import as_selector
 
 STATUSES = ("equal", "close", "changed", "only_a", "only_b", "shape", "dtype")
 DIFFERENT = frozenset({"changed", "only_a", "only_b", "shape", "dtype"})
-_CHUNK = 1 << 20  # elements compared at a time
+_CHUNK = 1 << 16  # elements measured at a time: their float64 copies stay in the processor's cache
+_PIECE_BYTES = 1 << 20  # bytes read and compared at a time: a piece of each side stays in the processor's cache
+_BUFFERS = 3  # per side: one compared, one checksummed, one read
 _SESSION_GROUP_BYTES = 64 << 20  # variables fetched by one session.run
 
 
@@ -131,16 +138,45 @@ def diff(a, b, *, keep=None, remap=None, atol=0.0, rtol=0.0, progress=True) -> D
             found[name] = _entry(name, a_record, b_record, "dtype", b_record)
         else:
             compared.append((name, a_record, b_record))
+    total = sum(a_record.nbytes + b_record.nbytes for _, a_record, b_record in compared)
+    with contextlib.ExitStack() as stack, \
+            progress_bars.progress_bar(total, f"diff {os.path.basename(side_b.label) or side_b.label}", progress) as bar:
+        streams = [side.streams() if compared else None for side in (side_a, side_b)]
+        for opened in streams:
+            if opened is not None:
+                stack.enter_context(opened)
+        if None in streams:
+            measured = _whole_values(side_a, side_b, compared, atol, rtol)
+        else:
+            measured = _streamed_values(*streams, compared, atol, rtol)
+        for (name, a_record, b_record), measurement in zip(compared, measured):
+            found[name] = _entry(name, a_record, b_record, None, b_record, measurement)
+            bar.update(a_record.nbytes + b_record.nbytes)
+    return DiffReport(side_a.label, side_b.label, tuple(found[name] for name in wanted), float(atol), float(rtol))
+
+
+def _whole_values(side_a, side_b, compared, atol, rtol):
+    """The measurement of each pair ``compared``, read whole: one tensor of each side in memory at a time."""
     reader_a = side_a.read([a.name for _, a, _ in compared])
     reader_b = side_b.read([b.name for _, _, b in compared])
-    total = sum(a_record.nbytes + b_record.nbytes for _, a_record, b_record in compared)
-    with progress_bars.progress_bar(total, f"diff {os.path.basename(side_b.label) or side_b.label}", progress) as bar:
-        for name, a_record, b_record in compared:
-            (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
-            found[name] = _entry(name, a_record, b_record, None, b_record, _measure(value_a, value_b, atol, rtol))
-            bar.update(value_a.nbytes + value_b.nbytes)
-            del value_a, value_b  # one tensor of each side in memory at a time
-    return DiffReport(side_a.label, side_b.label, tuple(found[name] for name in wanted), float(atol), float(rtol))
+    for _ in compared:
+        (_, value_a), (_, value_b) = next(reader_a), next(reader_b)
+        yield _measure(value_a, value_b, atol, rtol)
+        del value_a, value_b
+
+
+def _streamed_values(streams_a, streams_b, compared, atol, rtol):
+    """The measurement of each pair ``compared``, the plain tensors streamed through ``_BUFFERS`` small
+    buffers a side (compared where they were read), any other read whole."""
+    buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(_BUFFERS)] for _ in range(2)]
+    for _, a_record, b_record in compared:
+        if streams_a.streamable(a_record.name) and streams_b.streamable(b_record.name):
+            yield _measure_streamed(streams_a, a_record.name, streams_b, b_record.name, b_record.dtype, buffers,
+                                    atol, rtol)
+        else:
+            value_a, value_b = streams_a.read(a_record.name), streams_b.read(b_record.name)
+            yield _measure(value_a, value_b, atol, rtol)
+            del value_a, value_b
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +184,7 @@ class _Side:
     label: str
     catalog: object
     read: object  # names -> iterator of (name, array)
+    streams: object = lambda: None  # () -> the checkpoint's streams (CheckpointFormat.streams), or None
 
 
 def _side(source) -> _Side:
@@ -155,7 +192,8 @@ def _side(source) -> _Side:
         cat = catalog_module.load(source.graph)
         return _Side("session", cat, lambda names: _session_tensors(source, cat, names))
     path = catalog_module.source_path(source)
-    return _Side(path, catalog_module.file_catalog(path), lambda names: catalog_module.read_tensors(path, names))
+    return _Side(path, catalog_module.file_catalog(path), lambda names: catalog_module.read_tensors(path, names),
+                 lambda: registry.format_of(path).streams(path))
 
 
 def _entry(name, a_record, b_record, status, record, measured=None) -> TensorDiff:
@@ -181,33 +219,150 @@ def _entry(name, a_record, b_record, status, record, measured=None) -> TensorDif
 
 def _measure(a, b, atol, rtol):
     """(status, max abs difference, relative L2, fraction beyond the tolerances) of two arrays of one
-    shape and dtype, taken in chunks."""
+    shape and dtype, taken in pieces."""
     a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
-    if a.dtype.kind in "OSUb":
-        beyond = sum(int(np.count_nonzero(a[i:i + _CHUNK] != b[i:i + _CHUNK])) for i in range(0, a.size, _CHUNK))
-        return ("changed" if beyond else "equal"), None, None, beyond / max(a.size, 1)
-    as_type = np.complex128 if a.dtype.kind == "c" else np.float64
-    largest, squared, reference, beyond, differs = 0.0, 0.0, 0.0, 0, False
-    with np.errstate(invalid="ignore", over="ignore"):
-        for start in range(0, a.size, _CHUNK):
-            native_x, native_y = a[start:start + _CHUNK], b[start:start + _CHUNK]
-            x, y = native_x.astype(as_type), native_y.astype(as_type)
-            nan_x = np.isnan(x)
-            reference += float(np.sum(np.abs(np.where(nan_x, 0, x)) ** 2))
-            # integers compare in their own type: float64 cannot tell 2**53 from 2**53 + 1
-            same = (native_x == native_y) if a.dtype.kind in "iu" else (x == y) | (nan_x & np.isnan(y))
-            if same.all():
-                continue
-            differs = True
-            gap = np.where(same, 0.0, _integer_gap(native_x, native_y) if a.dtype.kind in "iu" else np.abs(x - y))
-            gap[np.isnan(gap)] = np.inf  # a NaN on one side only, or inf - inf
-            largest = max(largest, float(gap.max()))
-            squared += float(np.sum(gap ** 2))
-            beyond += int(np.count_nonzero(~same & ~(gap <= atol + rtol * np.abs(y))))
-    if not differs:
-        return "equal", 0.0, 0.0, 0.0
-    rel_l2 = math.sqrt(squared) / math.sqrt(reference) if reference > 0 else None
-    return ("changed" if beyond else "close"), largest, rel_l2, beyond / a.size
+    measure, step = _Measure(a.dtype.kind, atol, rtol), max(1, _PIECE_BYTES // max(a.itemsize, 1))
+    for start in range(0, a.size, step):
+        measure.add(a[start:start + step], b[start:start + step])
+    if measure.differs and measure.unreferenced:
+        measure.add_reference(a[:measure.unreferenced])
+    return measure.result()
+
+
+def _measure_streamed(streams_a, name_a, streams_b, name_b, dtype, buffers, atol, rtol):
+    """:func:`_measure` of tensor ``name_a`` of ``streams_a`` and ``name_b`` of ``streams_b`` (see
+    :meth:`CheckpointFormat.streams`; ``dtype``: their dtype's name), read in pieces into ``buffers``
+    (a list a side) and compared where they lie: both sides verified before the answer is given."""
+    measure = None
+    for x, y in zip(streams_a.pieces(name_a, buffers[0]), streams_b.pieces(name_b, buffers[1]), strict=True):
+        measure = measure or _Measure(x.dtype.kind, atol, rtol)
+        measure.add(x, y)  # strict: the side that ends second is checked too
+    if measure is None:  # no elements
+        return _Measure("b" if dtype == "bool" else "f", atol, rtol).result()
+    owed, seen = measure.unreferenced if measure.differs else 0, 0
+    if owed:  # equal bytes, then a difference: A's start again (verified again) for its norm
+        for x in streams_a.pieces(name_a, buffers[0]):
+            if seen < owed:
+                measure.add_reference(x[:owed - seen])
+            seen += x.size
+    return measure.result()
+
+
+class _Measure:
+    """The statistics :func:`_measure` gives, of two flat arrays of one dtype fed in consecutive pieces.
+
+    A piece whose bytes are the same on both sides costs one comparison of its bytes; the norm
+    of A (for the relative L2 distance) is taken only once a difference is found, so the pieces of
+    equal bytes before it are owed: ``unreferenced`` elements from the start, for
+    :meth:`add_reference` to take before :meth:`result`.
+    """
+
+    def __init__(self, kind, atol, rtol):
+        self.kind, self.atol, self.rtol = kind, atol, rtol  # kind: numpy's, of the arrays to come
+        self.size = self.beyond = self.unreferenced = 0
+        self.largest = self.squared = self.reference = 0.0
+        self.differs = self._measured = False
+
+    def add(self, a, b):
+        self.size += a.size
+        if self.kind in "OSUb":
+            if self.kind != "b" or not _same_bytes(a, b):
+                self.beyond += sum(int(np.count_nonzero(a[i:i + _CHUNK] != b[i:i + _CHUNK]))
+                                   for i in range(0, a.size, _CHUNK))
+            return
+        if not self._measured and _same_bytes(a, b):  # its norm is owed until a difference shows
+            self.unreferenced = self.size
+            return
+        self._measured = True
+        with np.errstate(invalid="ignore", over="ignore"):
+            for start in range(0, a.size, _CHUNK):
+                self._add_chunk(a[start:start + _CHUNK], b[start:start + _CHUNK])
+
+    def add_reference(self, a):
+        """Take the norm of ``a``, the owed start of A."""
+        as_type = np.complex128 if self.kind == "c" else np.float64
+        with np.errstate(invalid="ignore", over="ignore"):
+            for start in range(0, a.size, _CHUNK):
+                x = a[start:start + _CHUNK].astype(as_type)
+                self.reference += float(np.sum(np.abs(np.where(np.isnan(x), 0, x)) ** 2))
+        self.unreferenced = max(0, self.unreferenced - a.size)
+
+    def result(self):
+        if self.kind in "OSUb":
+            return ("changed" if self.beyond else "equal"), None, None, self.beyond / max(self.size, 1)
+        if not self.differs:
+            return "equal", 0.0, 0.0, 0.0
+        rel_l2 = math.sqrt(self.squared) / math.sqrt(self.reference) if self.reference > 0 else None
+        return ("changed" if self.beyond else "close"), self.largest, rel_l2, self.beyond / self.size
+
+    def _add_chunk(self, native_x, native_y):
+        if self.kind not in "iuc" and self._add_real_chunk(native_x, native_y):
+            return
+        as_type = np.complex128 if self.kind == "c" else np.float64
+        x, y = native_x.astype(as_type), native_y.astype(as_type)
+        nan_x = np.isnan(x)
+        self.reference += float(np.sum(np.abs(np.where(nan_x, 0, x)) ** 2))
+        # integers compare in their own type: float64 cannot tell 2**53 from 2**53 + 1
+        same = (native_x == native_y) if self.kind in "iu" else (x == y) | (nan_x & np.isnan(y))
+        if same.all():
+            return
+        self.differs = True
+        gap = np.where(same, 0.0, _integer_gap(native_x, native_y) if self.kind in "iu" else np.abs(x - y))
+        gap[np.isnan(gap)] = np.inf  # a NaN on one side only, or inf - inf
+        self.largest = max(self.largest, float(gap.max()))
+        self.squared += float(np.sum(gap ** 2))
+        self.beyond += int(np.count_nonzero(~same & ~(gap <= self.atol + self.rtol * np.abs(y))))
+
+
+    def _add_real_chunk(self, native_x, native_y) -> bool:
+        """:meth:`_add_chunk` of real numbers in float64 scratch memory; False (nothing taken) where either
+        side holds a NaN or both an infinity at one place, for the general way to measure."""
+        x, y, gap, flags = _scratch(native_x.size)
+        np.copyto(x, native_x, casting="unsafe")
+        np.copyto(y, native_y, casting="unsafe")
+        np.subtract(x, y, out=gap)
+        np.abs(gap, out=gap)
+        largest = float(gap.max()) if gap.size else 0.0
+        if math.isnan(largest):
+            return False
+        np.multiply(x, x, out=x)
+        self.reference += float(x.sum())
+        if largest == 0:  # no NaN anywhere: the same values are gap == 0
+            return True
+        self.differs = True
+        self.largest = max(self.largest, largest)
+        np.multiply(gap, gap, out=x)
+        self.squared += float(x.sum())
+        if self.rtol == 0 and math.isfinite(self.atol):  # beyond: changed, and not within atol + rtol * |y|
+            self.beyond += int(np.count_nonzero(np.greater(gap, self.atol, out=flags)))
+            return True
+        np.abs(y, out=y)
+        np.multiply(y, self.rtol, out=y)
+        np.add(y, self.atol, out=y)
+        within = np.less_equal(gap, y, out=flags)
+        within |= gap == 0
+        self.beyond += gap.size - int(np.count_nonzero(within))
+        return True
+
+
+_local = threading.local()
+
+
+def _scratch(count):
+    """Three float64 arrays and a bool array of ``count`` (at most _CHUNK) elements, this thread's own."""
+    if not hasattr(_local, "scratch"):
+        _local.scratch = [np.empty(_CHUNK) for _ in range(3)] + [np.empty(_CHUNK, dtype=bool)]
+    return [array[:count] for array in _local.scratch]
+
+
+def _same_bytes(a, b) -> bool:
+    """Whether two arrays of one size hold the same bytes in the same dtype (their values need no measuring)."""
+    if a.dtype != b.dtype:  # a byte order of its own, say: equal bytes would not be equal values
+        return False
+    raw_a, raw_b = a.view(np.uint8), b.view(np.uint8)
+    if raw_a.size % 8 == 0:  # eight bytes a comparison
+        raw_a, raw_b = raw_a.view(np.uint64), raw_b.view(np.uint64)
+    return np.array_equal(raw_a, raw_b)
 
 
 def _integer_gap(x, y):

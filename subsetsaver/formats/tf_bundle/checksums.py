@@ -3,8 +3,12 @@
 TensorFlow never stores a raw CRC32C next to the bytes it covers (a CRC of data that
 contains CRCs is weak); it stores the *masked* value, rotated right by 15 bits plus a
 constant. Tables mask their block checksums, bundles the checksums of tensor bytes.
-``google_crc32c`` takes only ``bytes``, so large buffers are checksummed in bounded
-pieces rather than copied whole.
+
+A buffer is checksummed where it lies, without the GIL: ``google_crc32c`` releases it
+only for ``bytes``, so other buffers go straight to the C library it wraps (found through
+its extension module); without that library they are checksummed in copied pieces.
+:class:`RunningCrc` checksums the pieces of one tensor on a background thread while the
+next piece is read.
 
 Example::
 
@@ -14,10 +18,31 @@ Example::
     True
 """
 
+import concurrent.futures
+import ctypes
+import functools
+import threading
+
 import google_crc32c
 
 MASK_DELTA = 0xA282EAD8
-_PIECE_BYTES = 4 << 20  # a buffer is checksummed this many bytes (one copy) at a time
+_PIECE_BYTES = 4 << 20  # without the C library, a buffer is checksummed this many bytes (one copy) at a time
+_lock = threading.Lock()
+_worker = []  # the one background thread of every RunningCrc: pieces of a stream are checksummed in order
+
+
+@functools.cache
+def _c_extend():
+    """``crc32c_extend(crc, address, count)`` of the C library google_crc32c wraps (called without the
+    GIL), or None where it is not there (the pure-Python build)."""
+    try:
+        from google_crc32c import _crc32c
+
+        extend = ctypes.CDLL(_crc32c.__file__).crc32c_extend
+    except (ImportError, OSError, AttributeError):
+        return None
+    extend.restype, extend.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+    return extend
 
 
 def crc32c(buffer, crc=0) -> int:
@@ -25,9 +50,49 @@ def crc32c(buffer, crc=0) -> int:
     if isinstance(buffer, bytes):
         return google_crc32c.extend(crc, buffer)
     view = memoryview(buffer).cast("B")
+    extend = _c_extend()
+    if extend is not None and len(view):
+        import numpy as np
+
+        return extend(crc, np.frombuffer(view, dtype=np.uint8).ctypes.data, len(view))  # view keeps it alive
     for start in range(0, len(view), _PIECE_BYTES):
         crc = google_crc32c.extend(crc, bytes(view[start:start + _PIECE_BYTES]))
     return crc
+
+
+class RunningCrc:
+    """The CRC32C of pieces fed in order, computed on a background thread: the caller reads the next
+    piece meanwhile. A piece must stay unchanged until the future :meth:`feed` returns is done.
+
+    running = RunningCrc()
+    for piece in pieces: running.feed(piece)
+    running.value() == crc32c(b''.join(pieces))
+    # True
+    """
+
+    def __init__(self, crc=0):
+        self._crc = crc
+        self._last = None
+
+    def feed(self, piece) -> concurrent.futures.Future:
+        self._last = _background().submit(self._extend, piece)
+        return self._last
+
+    def value(self) -> int:
+        """The CRC32C of every piece fed, once they are all checksummed."""
+        if self._last is not None:
+            self._last.result()
+        return self._crc
+
+    def _extend(self, piece):
+        self._crc = crc32c(piece, self._crc)
+
+
+def _background():
+    with _lock:
+        if not _worker:
+            _worker.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-crc32c"))
+        return _worker[0]
 
 
 def mask(crc) -> int:

@@ -3,8 +3,10 @@
 Opening a :class:`BundleReader` reads the ``.index`` whole, checks its table (checksums,
 key order), header and every entry (see :mod:`.index`), and each tensor's bytes against
 the size of its data file, before any value is read. :meth:`BundleReader.read` then
-reads one tensor's bytes and nothing else (``os.preadv`` into the array it returns),
-checks them against their checksum, and returns them as TensorFlow's
+reads one tensor's bytes and nothing else (``os.preadv`` into the array it returns, in
+pieces each checksummed on a background thread while the next is read; a large array's
+memory is reused for a later tensor once every view of it is dropped), checks them
+against their checksum, and returns them as TensorFlow's
 ``tf.train.load_checkpoint(prefix).get_tensor(name)`` does: numpy arrays of the true
 dtype (ml_dtypes' bfloat16, float8 and int4 types), strings as an object array of
 ``bytes``, a partitioned variable assembled from its parts.
@@ -23,21 +25,36 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
+import threading
 
 import numpy as np
 
 from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
 from .. import storage
+from ..npz.memory import recycled_bytes
 from . import dtypes as dtype_table
-from .checksums import crc32c, unmasked
+from .checksums import RunningCrc, crc32c, unmasked
 from .index import check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table
 
 _LARGEST_UINT32 = 0xFFFFFFFF
 _NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
+PIECE_BYTES = 4 << 20  # a local tensor is read and checksummed this many bytes at a time
+_RECYCLED_FROM = 8 << 20  # tensors this large are read into memory reused across reads
+
+
+def new_buffer(nbytes):
+    """An uninitialized uint8 array of ``nbytes`` to read a tensor into: a large one in memory that goes
+    back to be reused for a later read of a similar size once every view of it is dropped (memory
+    faulted in afresh costs more than reading the file from the page cache)."""
+    if nbytes < _RECYCLED_FROM:
+        return np.empty(nbytes, dtype=np.uint8)
+    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
+    return recycled_bytes(-(-nbytes // step) * step)[:nbytes].view(np.ndarray)
 
 
 def _size_or_none(path):
@@ -45,6 +62,56 @@ def _size_or_none(path):
         return storage.size(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+_read_ahead_lock = threading.Lock()
+_read_ahead_thread = []
+_one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
+
+
+_END = object()
+
+
+def _one_ahead_of(items):
+    """Yield what the iterator ``items`` yields, its next item taken on the read-ahead thread while the
+    caller has this one, when no other item is being read ahead in the process (else on the caller's
+    thread, in turn). An error comes in its turn; leaving early gives the slot back."""
+    iterator, ahead = iter(items), None
+    try:
+        while True:
+            if ahead is None:
+                item = next(iterator, _END)
+            else:
+                taken, ahead = ahead, None
+                item = _taken(taken)
+            if item is _END:
+                return
+            if _one_ahead.acquire(blocking=False):
+                ahead = _read_ahead().submit(next, iterator, _END)
+            yield item
+            del item  # the caller's alone: with the one read ahead, two tensors in memory
+    finally:
+        if ahead is not None:
+            ahead.cancel() or ahead.exception()  # the file stays open until the read ahead is done with it
+            _one_ahead.release()
+        if hasattr(iterator, "close"):
+            iterator.close()  # its requests still in flight are cancelled now, not when it is collected
+
+
+def _taken(ahead):
+    """The value read ahead, handed over (the process may read another ahead), or its error."""
+    try:
+        return ahead.result()
+    finally:
+        _one_ahead.release()
+
+
+def _read_ahead():
+    """The one thread that reads the next tensor of :meth:`BundleReader.read_many` ahead of the caller."""
+    with _read_ahead_lock:
+        if not _read_ahead_thread:
+            _read_ahead_thread.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-read"))
+        return _read_ahead_thread[0]
 
 
 class BundleReader:
@@ -76,6 +143,7 @@ class BundleReader:
         self.names = tuple(self._index.tensors)
         self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
         self._files = {}
+        self._opening = threading.Lock()
 
     def __enter__(self):
         return self
@@ -155,27 +223,70 @@ class BundleReader:
         """Yield ``(name, value)`` for each of ``names``, in order, each verified as :meth:`read` verifies it.
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
-        ``names`` are requested together: neighbours in one request, several requests in flight.
+        ``names`` are requested together: neighbours in one request, several requests in flight. The next
+        tensor is read (fetched, checksummed) on a background thread while the caller has this one: one such
+        tensor in the process, so a reader beside another that has one reads in turn.
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
         """
-        names = list(names)
+        return _one_ahead_of(self._read_in_order(list(names)))
+
+    def _read_in_order(self, names):
         at = 0
         while at < len(names):
             run = self._ranged_run(names, at)
-            if not run:
+            if run:
+                yield from self._read_run(run)
+                at += len(run)
+            else:
                 yield names[at], self.read(names[at])
                 at += 1
-                continue
-            values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
-            ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
-            fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
-            for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
-                value, values[number] = values[number], None  # held by the caller only, once handed out
-                yield name, self._checked(stored, value)
-                del value  # before the next tensor is waited for: only the caller may still hold this one
-            at += len(run)
+
+    def _read_run(self, run):
+        """Yield ``(name, value)`` of a run of :meth:`_ranged_run`, fetched with several requests in flight."""
+        values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
+        ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
+        fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
+        for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
+            value, values[number] = values[number], None  # held by the caller only, once handed out
+            yield name, self._checked(stored, value)
+            del value  # before the next tensor is waited for: only the caller may still hold this one
+
+    def streamable(self, name) -> bool:
+        """Whether :meth:`pieces` streams tensor ``name``: one stored run of fixed-width elements (not a
+        partitioned or string tensor) in a data file read locally."""
+        tensor = self._index.tensors[self._known(name)]
+        stored = tensor.stored
+        return (stored is not None and stored.data_type.fixed_width and stored.data_type is not dtype_table.STRING
+                and len(tensor.spec.shape) <= _NUMPY_MAX_DIMENSIONS and not hasattr(self._data_file(stored), "read_ranges"))
+
+    def pieces(self, name, buffers):
+        """Yield the elements of tensor ``name`` (see :meth:`streamable`) in order, flat, in pieces, each
+        read into the next of ``buffers`` (uint8 arrays of one size, a multiple of 16, used in turn: a piece stays as
+        read until ``len(buffers) - 1`` more are taken) and checksummed on a background thread while the
+        caller looks at it. Once the last piece is taken, CorruptCheckpointError unless the checksum is right:
+        nothing learnt from the pieces may be used before then.
+
+        total = sum(p.sum() for p in reader.pieces('dense/w', [np.empty(PIECE_BYTES, np.uint8) for _ in range(2)]))
+        """
+        stored = self._index.tensors[self._known(name)].stored
+        data_file, running = self._data_file(stored), RunningCrc()
+        dtype = dtype_table.numpy_dtype(stored.data_type)
+        pending = [None] * len(buffers)
+        step = len(buffers[0])
+        data_file.will_need(stored.offset, stored.size)
+        for number, start in enumerate(range(0, stored.size, step)):
+            slot = number % len(buffers)
+            if pending[slot] is not None:
+                pending[slot].result()  # its last piece is checksummed: the buffer may be filled again
+            piece = buffers[slot][:min(step, stored.size - start)]
+            data_file.read_into(stored.offset + start, piece)
+            pending[slot] = running.feed(piece)
+            if stored.data_type.name == "bool" and piece.max() > 1:
+                raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
+            yield piece.view(dtype)
+        self._check_sum(stored, running.value())
 
     # -----------------------------------------------------------------------------
 
@@ -202,6 +313,10 @@ class BundleReader:
         return data_path(self.prefix, shard, self.num_shards)
 
     def _data_file(self, stored):
+        with self._opening:  # the read-ahead thread opens files too
+            return self._open_data_file(stored)
+
+    def _open_data_file(self, stored):
         if stored.shard not in self._files:
             path = self._data_path(stored.shard)
             try:
@@ -220,14 +335,24 @@ class BundleReader:
             raise UnsupportedDtypeError(
                 f"cannot read {stored.subject} of checkpoint '{self.prefix}': {data_type.name} tensors hold "
                 "serialized C++ objects that only TensorFlow can read")
-        value = np.empty(stored.count, dtype=dtype_table.numpy_dtype(data_type))
-        self._data_file(stored).read_into(stored.offset, value.view(np.uint8))
-        return self._checked(stored, value)
+        raw = new_buffer(stored.size)
+        data_file = self._data_file(stored)
+        if hasattr(data_file, "read_ranges") or stored.size < 2 * PIECE_BYTES:  # a bucket: one request
+            data_file.read_into(stored.offset, raw)
+            return self._checked(stored, raw.view(dtype_table.numpy_dtype(data_type)))
+        running = RunningCrc()
+        data_file.will_need(stored.offset, stored.size)
+        for start in range(0, stored.size, PIECE_BYTES):  # each piece checksummed while the next is read
+            piece = raw[start:start + PIECE_BYTES]
+            data_file.read_into(stored.offset + start, piece)
+            running.feed(piece)
+        return self._checked(stored, raw.view(dtype_table.numpy_dtype(data_type)), running.value())
 
-    def _checked(self, stored, value):
-        """``value`` (the flat bytes of ``stored``, read) in its shape, once its checksum and bools are right."""
+    def _checked(self, stored, value, checksum=None):
+        """``value`` (the flat bytes of ``stored``, read) in its shape, once its checksum (``checksum``:
+        already computed over those bytes) and bools are right."""
         raw = value.view(np.uint8)
-        self._check_sum(stored, crc32c(raw))
+        self._check_sum(stored, crc32c(raw) if checksum is None else checksum)
         if stored.data_type.name == "bool" and raw.size and raw.max() > 1:
             raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
         return value.reshape(stored.shape)

@@ -36,7 +36,7 @@ from ...errors import UnsupportedDtypeError
 from .. import publish as publishing
 from .. import storage
 from . import dtypes as dtype_table
-from .checksums import crc32c, mask
+from .checksums import RunningCrc, crc32c, mask
 from .index import HEADER_KEY, LITTLE_ENDIAN, READER_VERSION, data_path, index_path
 from .problems import corrupt
 from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode, encode, encode_varint
@@ -224,8 +224,10 @@ class BundleWriter:
             if array.dtype.byteorder == ">":
                 array = array.astype(array.dtype.newbyteorder("<"))
             raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            running = RunningCrc()
+            running.feed(raw)  # checksummed while it is written
             self._data.write(memoryview(raw))
-            size, checksum = raw.size, crc32c(raw)
+            size, checksum = raw.size, running.value()
         self._entries[key] = {"dtype": data_type.enum, "shape": _shape_proto(array.shape), "offset": self._offset,
                               "size": size, "crc32c": mask(checksum)}
         self._offset += size

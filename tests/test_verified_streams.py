@@ -1,0 +1,258 @@
+"""Reads at memory speed, every byte still verified: checksums off the reading thread, tensors read in
+pieces into reused memory, ``diff`` comparing the pieces where they were read.
+
+Each test here fails if a checksum were skipped: a byte damaged in a large tensor (one whose
+checksum runs on the background thread) is caught by ``read``, by streamed ``pieces``, by ``diff``
+(even where both sides hold the same damaged bytes, so comparing alone would call them equal),
+and by ``convert`` and ``slim``, which then write nothing. ``diff`` gives the same answers
+streamed as read whole, and the answers a plain numpy comparison gives.
+"""
+
+import math
+import shutil
+
+import google_crc32c
+import ml_dtypes
+import numpy as np
+import pytest
+
+from subsetsaver.errors import CorruptCheckpointError
+from subsetsaver.formats import name_format, tf_bundle
+from subsetsaver.formats.tf_bundle import checksums
+from subsetsaver.formats.tf_bundle.reader import PIECE_BYTES
+from subsetsaver.tools import diff as diff_module
+from subsetsaver.tools.convert import convert
+from subsetsaver.tools.diff import diff
+from subsetsaver.tools.slim import slim
+
+BIG = 3 * PIECE_BYTES // 4 + 5  # float32 elements: three pieces and a bit, checksummed in the background
+
+
+def big_values(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"big/w": rng.standard_normal(BIG).astype(np.float32),
+            "small/b": np.arange(10, dtype=np.float32),
+            "step": np.array(7, dtype=np.int64)}
+
+
+def damage(prefix, name, at):
+    """Flip one bit of byte ``at`` of tensor ``name``'s stored bytes in the data file."""
+    with tf_bundle.BundleReader(prefix) as reader:
+        stored = reader._index.tensors[name].stored
+    path = tf_bundle.data_path(prefix, 0, 1)
+    data = bytearray(open(path, "rb").read())
+    data[stored.offset + at] ^= 0x10
+    open(path, "wb").write(bytes(data))
+
+
+def copy_checkpoint(prefix, other):
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copyfile(str(prefix) + suffix, str(other) + suffix)
+    return str(other)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 4096, (1 << 20) + 3])
+def test_crc32c_of_any_buffer_is_google_crc32c_s(size):
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    expected = google_crc32c.value(data.tobytes())
+    readonly = np.frombuffer(data.tobytes(), dtype=np.uint8)
+    assert {checksums.crc32c(buffer) for buffer in (data, readonly, memoryview(data), bytearray(data),
+                                                   data.tobytes())} == {expected}
+    if size % 4 == 0:
+        assert checksums.crc32c(data.view(np.float32)) == expected
+    running = checksums.RunningCrc()
+    for start in range(0, size, 1000):
+        running.feed(data[start:start + 1000])
+    assert running.value() == expected
+
+
+def test_a_big_tensor_reads_bit_exact_from_reused_memory(tmp_path):
+    values = big_values()
+    prefix = tf_bundle.write(tmp_path / "model", values)
+    with tf_bundle.BundleReader(prefix) as reader:
+        for _ in range(3):  # the second and third reads reuse the first's memory
+            read = dict(reader.read_many(reader.names))
+            assert {name: value.tobytes() for name, value in read.items()} == \
+                   {name: value.tobytes() for name, value in values.items()}
+            assert type(read["big/w"]) is np.ndarray and read["big/w"].shape == (BIG,)
+            del read
+
+
+@pytest.mark.parametrize("at", [0, PIECE_BYTES + 11, 4 * BIG - 1])
+def test_a_damaged_byte_of_a_big_tensor_is_caught_by_read_and_by_pieces(tmp_path, at):
+    prefix = tf_bundle.write(tmp_path / "model", big_values())
+    damage(prefix, "big/w", at)
+    with tf_bundle.BundleReader(prefix) as reader:
+        with pytest.raises(CorruptCheckpointError, match="tensor 'big/w' .*fails its checksum"):
+            reader.read("big/w")
+        assert reader.read("small/b").tolist() == list(range(10))
+        buffers = [np.empty(1 << 20, dtype=np.uint8) for _ in range(3)]
+        taken = []
+        with pytest.raises(CorruptCheckpointError, match="fails its checksum"):
+            for piece in reader.pieces("big/w", buffers):
+                taken.append(piece.size)
+        assert sum(taken) == BIG  # every piece handed over, then the refusal
+        assert sum(piece.size for piece in reader.pieces("small/b", buffers)) == 10
+
+
+@pytest.mark.parametrize("at", [3, 2 * PIECE_BYTES + 1])
+def test_diff_refuses_damaged_bytes_even_when_both_sides_hold_them(tmp_path, at):
+    prefix = tf_bundle.write(tmp_path / "a", big_values())
+    damage(prefix, "big/w", at)
+    same = copy_checkpoint(prefix, tmp_path / "b")  # byte for byte equal: comparing alone says 'equal'
+    with pytest.raises(CorruptCheckpointError, match="big/w"):
+        diff(prefix, same, progress=False)
+    healthy = tf_bundle.write(tmp_path / "c", big_values())
+    for a, b in ((healthy, prefix), (prefix, healthy)):  # one side damaged: refused, never 'changed'
+        with pytest.raises(CorruptCheckpointError, match="big/w"):
+            diff(a, b, progress=False)
+
+
+@pytest.mark.parametrize("command", ["convert", "slim"])
+def test_convert_and_slim_refuse_a_damaged_big_tensor_and_write_nothing(tmp_path, command):
+    prefix = tf_bundle.write(tmp_path / "model", big_values())
+    damage(prefix, "big/w", PIECE_BYTES + 1)
+    output = tmp_path / "out" / ("model.npz" if command == "convert" else "slim")
+    with pytest.raises(CorruptCheckpointError, match="big/w"):
+        if command == "convert":
+            convert(prefix, output)
+        else:
+            slim(prefix, "everything()", output)
+    assert not (tmp_path / "out").exists() or sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+
+
+def test_convert_of_a_big_tensor_is_bit_exact(tmp_path):
+    values = big_values()
+    prefix = tf_bundle.write(tmp_path / "model", values)
+    report = slim(prefix, "everything()", tmp_path / "out" / "slim")
+    assert report.verified
+    with tf_bundle.BundleReader(tmp_path / "out" / "slim") as reader:
+        assert {name: reader.read(name).tobytes() for name in reader.names} == \
+               {name: value.tobytes() for name, value in values.items()}
+
+
+def plain_diff(a, b, atol, rtol):
+    """(status, max_abs, rel_l2, changed_fraction) by the documented rule, over whole float64 copies."""
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if a.dtype.kind == "b":
+        beyond = int(np.count_nonzero(a != b))
+        return ("changed" if beyond else "equal"), None, None, beyond / max(a.size, 1)
+    as_type = np.complex128 if a.dtype.kind == "c" else np.float64
+    x, y = a.astype(as_type), b.astype(as_type)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (a == b) if a.dtype.kind in "iu" else (x == y) | (np.isnan(x) & np.isnan(y))
+        if same.all():
+            return "equal", 0.0, 0.0, 0.0
+        if a.dtype.kind in "iu":
+            gap = np.array([abs(int(p) - int(q)) for p, q in zip(a.tolist(), b.tolist())], dtype=np.float64)
+        else:
+            gap = np.abs(x - y)
+        gap = np.where(same, 0.0, gap)
+        gap[np.isnan(gap)] = np.inf
+        beyond = int(np.count_nonzero(~same & ~(gap <= atol + rtol * np.abs(y))))
+        reference = float(np.sum(np.abs(np.where(np.isnan(x), 0, x)) ** 2))
+        rel_l2 = math.sqrt(float(np.sum(gap ** 2))) / math.sqrt(reference) if reference > 0 else None
+    return ("changed" if beyond else "close"), float(gap.max()), rel_l2, beyond / a.size
+
+
+def pairs():
+    """Pairs of arrays (A, B) that exercise every rule: NaN, infinities, -0.0, integers past 2**53,
+    bools, narrow and complex floats, and large tensors equal for their first pieces."""
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal(BIG).astype(np.float32)
+    late = big.copy()
+    late[-5:] += 1  # equal bytes for three pieces, then a difference: A's norm is owed and read again
+    early = big.copy()
+    early[:3] = 0
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, np.nan, 2.0, -0.0], dtype=np.float32)
+    return {
+        "big/same": (big, big.copy()),
+        "big/late": (big, late),
+        "big/early": (big, early),
+        "big/close": (big, big + np.float32(1e-3)),
+        "special/same": (special, np.array([np.nan, np.inf, -np.inf, -0.0, 1.0, np.nan, 2.0, 0.0], np.float32)),
+        "special/diff": (special, np.array([1.0, np.inf, np.inf, 0.0, np.nan, np.nan, 2.5, 0.0], np.float32)),
+        "ints/wide": (np.array([2**53, -2**63, 2**63 - 1, 5], np.int64), np.array([2**53 + 1, 2**63 - 1, -2**63, 5],
+                                                                                  np.int64)),
+        "ints/u8": (np.arange(200, dtype=np.uint8), np.arange(200, dtype=np.uint8)[::-1].copy()),
+        "flags": (np.array([True, False, True]), np.array([True, True, True])),
+        "half": (np.linspace(0, 1, 1001).astype(np.float16), np.linspace(0, 1.01, 1001).astype(np.float16)),
+        "bf16": (np.linspace(-2, 2, 300).astype(ml_dtypes.bfloat16), np.linspace(-2, 2.1, 300).astype(ml_dtypes.bfloat16)),
+        "complex": (np.array([1 + 2j, 3 - 1j, np.nan], np.complex64), np.array([1 + 2j, 3 + 1j, np.nan], np.complex64)),
+        "empty": (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)),
+    }
+
+
+@pytest.mark.parametrize("atol,rtol", [(0.0, 0.0), (1e-2, 0.0), (0.0, 0.5), (np.inf, 0.0)])
+def test_diff_gives_the_same_answers_streamed_whole_and_by_plain_numpy(tmp_path, monkeypatch, atol, rtol):
+    cases = pairs()
+    a = tf_bundle.write(tmp_path / "a", {name: x for name, (x, _) in cases.items()})
+    b = tf_bundle.write(tmp_path / "b", {name: y for name, (_, y) in cases.items()})
+    streamed = diff(a, b, atol=atol, rtol=rtol, progress=False)
+    monkeypatch.setattr(name_format.NameBasedFormat, "streams", lambda self, path: None)
+    whole = diff(a, b, atol=atol, rtol=rtol, progress=False)
+    assert repr(streamed.tensors) == repr(whole.tensors)  # repr: NaN equals NaN
+    for tensor in streamed.tensors:
+        status, max_abs, rel_l2, fraction = plain_diff(*cases[tensor.name], atol, rtol)
+        assert (tensor.status, tensor.max_abs, tensor.changed_fraction) == (status, max_abs, fraction), tensor.name
+        assert tensor.rel_l2 == (None if rel_l2 is None else pytest.approx(rel_l2, rel=1e-12, nan_ok=True)), tensor.name
+        assert tensor.nbytes == cases[tensor.name][1].nbytes
+
+
+def test_a_streamed_diff_holds_small_buffers_only(tmp_path, monkeypatch):
+    prefix = tf_bundle.write(tmp_path / "a", big_values())
+    other = tf_bundle.write(tmp_path / "b", big_values(seed=1))
+    sizes = []
+    real_pieces = tf_bundle.BundleReader.pieces
+
+    def pieces(self, name, buffers):
+        sizes.extend(len(buffer) for buffer in buffers)
+        return real_pieces(self, name, buffers)
+
+    monkeypatch.setattr(tf_bundle.BundleReader, "pieces", pieces)
+    monkeypatch.setattr(tf_bundle.BundleReader, "read", lambda *args: pytest.fail("read whole"))
+    report = diff(prefix, other, progress=False)
+    assert report.counts() == {"equal": 2, "changed": 1}
+    assert set(sizes) == {diff_module._PIECE_BYTES} and len(sizes) == 2 * 3 * diff_module._BUFFERS
+
+
+def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_path):
+    from subsetsaver.formats.tf_bundle import reader as reader_module
+
+    values = {f"t{index}": np.full(1000, index, np.float32) for index in range(5)}
+    first = tf_bundle.write(tmp_path / "a", values)
+    second = tf_bundle.write(tmp_path / "b", values)
+    with tf_bundle.BundleReader(first) as a, tf_bundle.BundleReader(second) as b:
+        pairs = zip(a.read_many(sorted(values)), b.read_many(sorted(values)))  # side by side, as average reads
+        assert [(x[0], y[0], x[1][0], y[1][0]) for x, y in pairs] == \
+               [(name, name, index, index) for index, name in enumerate(sorted(values))]
+        stopped = a.read_many(sorted(values))
+        next(stopped)
+        stopped.close()  # left early: what it read ahead is given back
+    assert reader_module._one_ahead.acquire(blocking=False)
+    reader_module._one_ahead.release()
+    damaged = tf_bundle.write(tmp_path / "c", big_values())
+    damage(damaged, "big/w", 5)
+    with tf_bundle.BundleReader(damaged) as reader:
+        read = reader.read_many(["small/b", "big/w", "step"])
+        assert next(read)[0] == "small/b"
+        with pytest.raises(CorruptCheckpointError, match="big/w"):  # the read ahead's error, in its turn
+            next(read)
+    assert reader_module._one_ahead.acquire(blocking=False)
+    reader_module._one_ahead.release()
+
+
+def test_equal_bytes_in_another_byte_order_are_measured_as_values():
+    little = np.array([1.0, 2.0, 3.0], dtype="<f4")
+    same_bytes_other_order = np.frombuffer(little.tobytes(), dtype=">f4")
+    assert diff_module._measure(little, same_bytes_other_order, 0, 0)[0] == "changed"
+    assert diff_module._measure(little, little.astype(">f4"), 0, 0) == ("equal", 0.0, 0.0, 0.0)
+
+
+def test_crc32c_runs_in_the_c_library_and_without_it(monkeypatch):
+    data = np.random.default_rng(1).integers(0, 256, (5 << 20) + 1, dtype=np.uint8)
+    expected = google_crc32c.value(data.tobytes())
+    if google_crc32c.implementation == "c":  # the build that ships the C library: the GIL-free call is there
+        assert checksums._c_extend() is not None
+    monkeypatch.setattr(checksums, "_c_extend", lambda: None)  # the pure-Python build: copied pieces
+    assert checksums.crc32c(data) == expected and checksums.crc32c(data[:0]) == 0
