@@ -33,6 +33,7 @@ from ..errors import (
     SubsetSaverError,
 )
 from . import publish, storage, subset_manifest, tf_state
+from .npz import free_idle_buffers
 from .progress import progress_bar
 from .tf_bundle.checksums import RunningCrc, crc32c
 
@@ -128,6 +129,7 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
 
             staged_files = checkpoint_format.write(staged, counted(), final=output, specs=list(specs),
                                                    metadata=dict(metadata or {}))
+        free_idle_buffers()  # what the reads left idle (resident until the kernel wants it) goes before verifying
         if staged != output:
             verify(checkpoint_format, staged, expected, parts)
         if checkpoint_format.keeps_state_file:
