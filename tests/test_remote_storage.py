@@ -182,6 +182,25 @@ def test_a_stream_that_breaks_is_finished_in_parts(server_store, small_streams, 
     assert 5 * MiB + 21 * MiB < server_store.relay.received < 24 * MiB + 21 * MiB
 
 
+def test_a_stream_that_is_cancelled_never_leaves_the_reader_waiting(server_store, small_streams, monkeypatch):
+    import asyncio
+
+    storage = storage_for(server_store)
+    data = pattern(12 * MiB, seed=6)
+    url = server_store.url("blob")
+    write(storage, url, data)
+
+    @contextlib.asynccontextmanager
+    async def cancelled(filesystem, path, start, end):  # the pump ends with no item queued
+        raise asyncio.CancelledError()
+        yield
+
+    monkeypatch.setattr(remote_ranges, "body_reader", lambda filesystem: cancelled)
+    got = [bytes(view) for view in storage.read_ranges(url, [(0, 12 * MiB)])]
+
+    assert got == [data]  # read in parts instead
+
+
 def test_a_short_object_read_in_one_stream_is_named_with_its_length(server_store, small_streams):
     storage = storage_for(server_store)
     url = server_store.url("model.data-00000-of-00001")

@@ -89,7 +89,7 @@ def stream_run(filesystem, opener, path, blocks, on_short):
         block.missing = block.length
     try:
         while number < len(blocks):
-            item = chunks.get()
+            item = _next_chunk(chunks, pump)
             if item is _END:
                 on_short(path, position, end)
             if isinstance(item, BaseException):
@@ -109,6 +109,16 @@ def stream_run(filesystem, opener, path, blocks, on_short):
     finally:
         stop.set()
         pump.cancel()
+
+
+def _next_chunk(chunks, pump):
+    """The next item the pump queued; ConnectionError if it ended without queuing one (never a wait forever)."""
+    while True:
+        try:
+            return chunks.get(timeout=0.5)
+        except queue.Empty:
+            if pump.done() and chunks.empty():
+                raise ConnectionError("the streamed read stopped before its end") from None
 
 
 async def _pump(opener, filesystem, path, start, end, chunks, stop):
