@@ -1,9 +1,9 @@
 """subsetsaver: save and restore exactly the TensorFlow 1 variables you choose.
 
 This module only re-exports the public contract; names outside ``errors``, ``audit`` and
-``selectors`` load their room on first use (``_LAZY``), so the command line starts fast. The package is laid out as its
-pipeline, each room importing only the rooms before it: ``formats`` (files, no graph)
--> ``catalog`` (variables read from a source) -> ``selectors`` (which ones) -> ``audit``
+``selectors`` load their room on first use (``_LAZY``), so the command line starts fast.
+The package is laid out as its pipeline, each room importing only the rooms before it:
+``formats`` (files, no graph) -> ``catalog`` (variables read from a source) -> ``selectors`` (which ones) -> ``audit``
 (what the choice forgets) -> ``planning`` (the Saver, initializer and backends) ->
 ``portable``, ``training``, ``tools``, ``draw``, ``keras`` -> ``cli``. See
 ``docs/architecture.md``.
