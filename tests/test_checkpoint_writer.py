@@ -100,6 +100,22 @@ def test_parts_are_read_back_one_by_one_and_a_wrong_one_is_never_published(tmp_p
     assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
 
 
+def test_parts_given_to_a_format_that_cannot_read_them_back_are_never_published(tmp_path, monkeypatch):
+    """Parts are verified through the format's part_reader; a format without one refuses them rather
+    than publish bytes nobody read back."""
+    emb = np.arange(40, dtype=np.float32).reshape(10, 4)
+    parts = [("emb", emb[:6], ((10, 4), (0, 0))), ("emb", emb[6:], ((10, 4), (6, 0)))]
+    monkeypatch.setattr(registry.NAME, "part_reader", lambda path: None)
+    output = str(tmp_path / "model")
+
+    with pytest.raises(TypeError) as error:
+        checkpoint_writer.write_checkpoint(output, iter(parts), specs=[("emb", (10, 4), "float32")],
+                                           checkpoint_format=registry.NAME)
+
+    assert str(error.value) == "the name format was given parts it cannot read back to verify"
+    assert _files(tmp_path) == []
+
+
 def test_an_existing_output_is_refused_with_its_fix(tmp_path):
     output = str(tmp_path / "model")
     tf_bundle.write(output, VALUES)

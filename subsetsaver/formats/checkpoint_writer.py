@@ -160,8 +160,11 @@ def verify(checkpoint_format, path, expected, parts=None) -> None:
     for name, value in checkpoint_format.read(path, list(expected)):
         _compare(path, name, value, expected[name])
         del value
-    if parts and hasattr(checkpoint_format, "part_reader"):  # a format that reads parts one by one
-        with checkpoint_format.part_reader(path) as reader:
+    if parts:
+        reader = checkpoint_format.part_reader(path)
+        if reader is None:
+            raise TypeError(f"the {checkpoint_format.name} format was given parts it cannot read back to verify")
+        with reader:
             for name, written in parts.items():
                 regions = {tuple(start for start, _stop in region): region for region in reader.parts(name)}
                 if not regions and len(written) == 1:  # one part covering it all is stored whole

@@ -88,6 +88,12 @@ class CheckpointFormat:
         ``read(name)``, by the names :meth:`read` takes."""
         return None
 
+    def part_reader(self, path):
+        """A reader of the checkpoint at ``path`` whose ``parts(name)`` and ``read_part(name, region)`` read a
+        partitioned tensor part by part (a context manager), or None where this format reads only whole
+        tensors. A format that ``holds_parts`` must give one: the writer reads every part back through it."""
+        return None
+
     def files(self, path) -> list:
         """The files of the checkpoint at ``path`` that exist."""
         raise NotImplementedError

@@ -313,7 +313,6 @@ class _Measure:
         self.squared += float(np.sum(gap ** 2))
         self.beyond += int(np.count_nonzero(~same & ~(gap <= self.atol + self.rtol * np.abs(y))))
 
-
     def _add_real_chunk(self, native_x, native_y) -> bool:
         """:meth:`_add_chunk` of real numbers in float64 scratch memory; False (nothing taken) where either
         side holds a NaN or both an infinity at one place, for the general way to measure."""

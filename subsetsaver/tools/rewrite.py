@@ -100,8 +100,8 @@ def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, rows=None, 
     if dry_run:
         return RewriteReport(source, output, rows, dropped, nbytes, written=False, row_counts=row_counts)
     source_format = registry.format_of(source)
-    by_part = mapped and output_format.holds_parts and hasattr(source_format, "part_reader")
-    with source_format.part_reader(source) if by_part else contextlib.nullcontext() as reader:
+    reader = source_format.part_reader(source) if mapped and output_format.holds_parts else None
+    with reader if reader is not None else contextlib.nullcontext():
         written = checkpoint_writer.write_checkpoint(
             output, _rewritten(source, rows, mapped, records, reader), checkpoint_format=output_format,
             sources=[source], overwrite=overwrite, specs=[(row.new, row.shape, row.new_dtype) for row in rows])
