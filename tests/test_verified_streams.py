@@ -4,8 +4,9 @@ pieces into reused memory, ``diff`` comparing the pieces where they were read.
 Each test here fails if a checksum were skipped: a byte damaged in a large tensor (one whose
 checksum runs on the background thread) is caught by ``read``, by streamed ``pieces``, by ``diff``
 (even where both sides hold the same damaged bytes, so comparing alone would call them equal),
-and by ``convert`` and ``slim``, which then write nothing. ``diff`` gives the same answers
-streamed as read whole, and the answers a plain numpy comparison gives.
+by ``convert``, ``slim`` and ``average``, which then write nothing. ``diff`` gives the same answers
+streamed as read whole, and the answers a plain numpy comparison gives; ``average`` gives the same
+bits streamed as read whole, and those of its rule computed by plain numpy.
 """
 
 import math
@@ -20,7 +21,9 @@ from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats import name_format, tf_bundle
 from subsetsaver.formats.tf_bundle import checksums
 from subsetsaver.formats.tf_bundle.reader import PIECE_BYTES
+from subsetsaver.tools import average as average_module
 from subsetsaver.tools import diff as diff_module
+from subsetsaver.tools.average import average
 from subsetsaver.tools.convert import convert
 from subsetsaver.tools.diff import diff
 from subsetsaver.tools.slim import slim
@@ -108,16 +111,18 @@ def test_diff_refuses_damaged_bytes_even_when_both_sides_hold_them(tmp_path, at)
             diff(a, b, progress=False)
 
 
-@pytest.mark.parametrize("command", ["convert", "slim"])
-def test_convert_and_slim_refuse_a_damaged_big_tensor_and_write_nothing(tmp_path, command):
+@pytest.mark.parametrize("command", ["convert", "slim", "average"])
+def test_convert_slim_and_average_refuse_a_damaged_big_tensor_and_write_nothing(tmp_path, command):
     prefix = tf_bundle.write(tmp_path / "model", big_values())
     damage(prefix, "big/w", PIECE_BYTES + 1)
     output = tmp_path / "out" / ("model.npz" if command == "convert" else "slim")
     with pytest.raises(CorruptCheckpointError, match="big/w"):
         if command == "convert":
             convert(prefix, output)
-        else:
+        elif command == "slim":
             slim(prefix, "everything()", output)
+        else:  # the healthy input first: the damaged one is read in pieces beside it
+            average([tf_bundle.write(tmp_path / "healthy", big_values(seed=1)), prefix], output)
     assert not (tmp_path / "out").exists() or sorted(p.name for p in (tmp_path / "out").iterdir()) == []
 
 
@@ -129,6 +134,71 @@ def test_convert_of_a_big_tensor_is_bit_exact(tmp_path):
     with tf_bundle.BundleReader(tmp_path / "out" / "slim") as reader:
         assert {name: reader.read(name).tobytes() for name in reader.names} == \
                {name: value.tobytes() for name, value in values.items()}
+
+
+def plain_average(values, weights):
+    """The rule average documents, ``m += (x - m) * w / W`` in float64 where x differs from m, rounded
+    once: over whole arrays, by plain numpy."""
+    mean, seen = None, 0.0
+    for value, weight in zip(values, weights):
+        x = value.astype(np.float64)
+        if weight == 0:
+            continue
+        if mean is None:
+            mean, seen = x, weight
+            continue
+        seen += weight
+        moves = ~((x == mean) | (np.isnan(x) & np.isnan(mean)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean = np.where(moves, mean + (x - mean) * (weight / seen), mean)
+    return mean.astype(values[0].dtype)
+
+
+def test_average_gives_the_same_bits_streamed_whole_and_by_plain_numpy(tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    special = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e38, -1e38], np.float32)
+    inputs = []
+    for index in range(3):  # pieces and chunks of several sizes; the special values meet each other
+        w = rng.standard_normal(BIG).astype(np.float32)
+        w[rng.integers(0, BIG, 5000)] = rng.choice(special, 5000)
+        w[:49] = np.repeat(special, 7) if index == 0 else np.tile(special, 7)  # every pair of them meets
+        inputs.append({"big/w": w.reshape(-1, 5) if BIG % 5 == 0 else w,
+                       "half": rng.standard_normal(PIECE_BYTES // 2 + 9).astype(np.float16),
+                       "bf16": rng.standard_normal((300, 7)).astype(ml_dtypes.bfloat16),
+                       "empty": np.zeros((0, 4), np.float32), "step": np.array(index, np.int64)})
+    paths = [tf_bundle.write(tmp_path / f"in{index}", values) for index, values in enumerate(inputs)]
+    weights = [1, 0, 3]
+    streamed = average(paths, tmp_path / "streamed" / "m", keep="everything()", weights=weights)
+    monkeypatch.setattr(average_module, "_streamed_mean", lambda *args: pytest.fail("a streamed mean"))
+    monkeypatch.setattr(name_format.NameBasedFormat, "streams", lambda self, path: None)
+    whole = average(paths, tmp_path / "whole" / "m", keep="everything()", weights=weights)
+    assert streamed.averaged == whole.averaged == ("bf16", "big/w", "empty", "half")
+    with tf_bundle.BundleReader(streamed.output) as s, tf_bundle.BundleReader(whole.output) as w:
+        for name in inputs[0]:
+            expected = (plain_average([values[name] for values in inputs], [0.25, 0.0, 0.75])
+                        if name != "step" else inputs[-1][name])
+            for reader in (s, w):
+                value = reader.read(name)
+                assert (value.dtype, value.shape, value.tobytes()) == \
+                       (expected.dtype, expected.shape, expected.tobytes()), name
+
+
+def test_a_streamed_average_holds_the_output_and_small_buffers_only(tmp_path, monkeypatch):
+    paths = [tf_bundle.write(tmp_path / f"in{seed}", big_values(seed)) for seed in range(2)]
+    real_read, real_read_many = tf_bundle.BundleReader.read, tf_bundle.BundleReader.read_many
+
+    def read(self, name):  # an input's big tensor read whole would put it in memory beside the output
+        assert not (self.prefix in paths and name == "big/w"), f"{self.prefix}: {name} read whole"
+        return real_read(self, name)
+
+    def read_many(self, names):
+        assert self.prefix not in paths, f"{self.prefix}: {names} read whole"
+        return real_read_many(self, names)
+
+    monkeypatch.setattr(tf_bundle.BundleReader, "read", read)
+    monkeypatch.setattr(tf_bundle.BundleReader, "read_many", read_many)
+    report = average(paths, tmp_path / "out" / "m", keep="everything()")
+    assert report.averaged == ("big/w", "small/b")
 
 
 def plain_diff(a, b, atol, rtol):

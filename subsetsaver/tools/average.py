@@ -9,8 +9,9 @@ tensors. Before anything is written, every averaged tensor is checked in every i
 
 The mean is a running weighted mean in float64, ``m += (x - m) * w / W``, rounded once to
 the tensor's dtype: N copies of one checkpoint average to it bit for bit, and two float32
-checkpoints to numpy's ``(a + b) / 2``. Memory holds the float64 mean of one tensor (twice
-a float32 tensor) and one input tensor at a time.
+checkpoints to numpy's ``(a + b) / 2``. Local TensorFlow checkpoints are averaged a 1 MiB piece of
+each input at a time, straight into the output tensor; elsewhere memory holds the float64 mean of
+one tensor (twice a float32 tensor) and one input tensor at a time.
 
 Example::
 
@@ -21,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -34,7 +36,8 @@ from ..planning import Problem
 from ..selectors import as_selector
 
 DEFAULT_KEEP = "~slots() - global_step()"
-_CHUNK = 1 << 20  # elements updated at a time
+_CHUNK = 1 << 16  # elements updated at a time: their float64 values stay in the processor's cache
+_PIECE_BYTES = 1 << 20  # bytes of each input read at a time where the inputs stream
 _FLOAT_KINDS = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
@@ -70,8 +73,9 @@ def average(checkpoints, output, *, keep=None, weights=None, overwrite=False, to
     output = os.fspath(output)
     output_format = registry.for_output(output, to)
     records = last.records_by_name
+    shapes = {name: tuple(records[name].shape) for name in last.ordered_names}
     written = checkpoint_writer.write_checkpoint(
-        output, _averaged_tensors(paths, weights, averaged, last.ordered_names), checkpoint_format=output_format,
+        output, _averaged_tensors(paths, weights, averaged, last.ordered_names, shapes), checkpoint_format=output_format,
         sources=paths, overwrite=overwrite,
         specs=[(name, records[name].shape, records[name].dtype) for name in last.ordered_names])
     return AverageReport(tuple(paths), output, tuple(weights), tuple(averaged), tuple(copied), written.nbytes)
@@ -115,12 +119,58 @@ def _check_inputs(paths, catalogs, averaged) -> None:
         )
 
 
-def _averaged_tensors(paths, weights, averaged, names):
-    """Yield ``(name, array)`` for every name of the last checkpoint, the averaged ones as the mean;
-    each input's tensor is read after the one before it has been added in."""
-    earlier = [catalog_module.read_tensors(path, averaged) for path in paths[:-1]]
-    last = catalog_module.read_tensors(paths[-1], names)
-    averaged = set(averaged)
+def _averaged_tensors(paths, weights, averaged, names, shapes):
+    """Yield ``(name, array)`` for every name of the last checkpoint (``shapes``: name -> its shape),
+    the averaged ones as the mean: streamed piece by piece where every input streams the tensor, else
+    one input's tensor at a time."""
+    with contextlib.ExitStack() as stack:
+        streams = [registry.format_of(path).streams(path) for path in paths]
+        for opened in streams:
+            if opened is not None:
+                stack.enter_context(opened)
+        if None in streams:
+            yield from _whole_means(paths, weights, averaged, names)
+            return
+        buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(2)] for _ in streams]
+        averaged = set(averaged)
+        for name in names:
+            if name not in averaged:
+                yield name, streams[-1].read(name)
+            elif math.prod(shapes[name]) and all(opened.streamable(name) for opened in streams):
+                yield name, _streamed_mean(streams, name, weights, buffers, shapes[name])
+            else:
+                yield from _whole_means(paths, weights, [name], [name], [opened.read for opened in streams])
+
+
+def _streamed_mean(streams, name, weights, buffers, shape):
+    """The mean of tensor ``name`` (of ``shape``, not empty) of every input, computed a piece of each
+    input at a time into the output: memory holds it and ``buffers``, not a float64 mean and an input.
+    Each input's pieces are verified once the last is read
+    (:meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`), before the mean is handed out."""
+    flat, start, scratch = None, 0, _Scratch()
+    into = np.empty(_PIECE_BYTES // 2, np.float64)  # a piece's mean: 2-byte floats have the most elements
+    for parts in zip(*(opened.pieces(name, side) for opened, side in zip(streams, buffers)), strict=True):
+        if flat is None:
+            flat = np.empty(math.prod(shape), parts[0].dtype)
+        mean, seen = None, 0.0
+        for weight, part in zip(weights, parts):
+            mean, seen = _added(mean, seen, part, weight, scratch, into)
+        flat[start:start + len(mean)] = mean
+        start += len(mean)
+    return flat.reshape(shape)
+
+
+def _whole_means(paths, weights, averaged, names, readers=None):
+    """Yield ``(name, array)`` for every name of ``names``, the ``averaged`` ones as the mean; each input's
+    tensor is read after the one before it has been added in. ``readers``: per input, name -> array
+    (None: :func:`~subsetsaver.catalog.read_tensors` of each path)."""
+    if readers is None:
+        earlier = [catalog_module.read_tensors(path, averaged) for path in paths[:-1]]
+        last = catalog_module.read_tensors(paths[-1], names)
+    else:
+        earlier = [((name, read(name)) for name in averaged) for read in readers[:-1]]
+        last = ((name, readers[-1](name)) for name in names)
+    averaged, scratch = set(averaged), _Scratch()
     for name in names:
         if name not in averaged:
             yield next(last)
@@ -128,10 +178,10 @@ def _averaged_tensors(paths, weights, averaged, names):
         mean, seen = None, 0.0
         for weight, reader in zip(weights, earlier):
             _, value = next(reader)
-            mean, seen = _added(mean, seen, value, weight)
+            mean, seen = _added(mean, seen, value, weight, scratch)
             del value
         _, value = next(last)
-        mean, seen = _added(mean, seen, value, weights[-1])
+        mean, seen = _added(mean, seen, value, weights[-1], scratch)
         rounded = np.empty(value.shape, value.dtype)
         del value
         flat = rounded.reshape(-1)
@@ -142,20 +192,43 @@ def _averaged_tensors(paths, weights, averaged, names):
         del rounded  # not kept while the next tensor is averaged
 
 
-def _added(mean, seen, value, weight):
-    """The running mean (flat float64) and total weight after adding ``value`` with ``weight``."""
+def _added(mean, seen, value, weight, scratch, into=None):
+    """The running mean (flat float64; the first one in ``into`` where given) and total weight after
+    adding ``value`` with ``weight``, a chunk at a time through ``scratch`` (:class:`_Scratch`)."""
     flat = np.asarray(value).reshape(-1)
     if weight == 0:
         return mean, seen
     if mean is None:
-        return flat.astype(np.float64), weight
+        if into is None:
+            return flat.astype(np.float64), weight
+        np.copyto(into[:flat.size], flat)
+        return into[:flat.size], weight
     seen += weight
     share = weight / seen
     with np.errstate(invalid="ignore", over="ignore"):
         for start in range(0, flat.size, _CHUNK):
-            part = mean[start:start + _CHUNK]
-            value_part = flat[start:start + _CHUNK].astype(np.float64)
-            # where the value equals the mean, the mean stays as it is: infinities, NaNs and -0.0 included
-            moves = ~((value_part == part) | (np.isnan(value_part) & np.isnan(part)))
-            np.add(part, (value_part - part) * share, out=part, where=moves)
+            scratch.move(mean[start:start + _CHUNK], flat[start:start + _CHUNK], share)
     return mean, seen
+
+
+class _Scratch:
+    """Reused memory for moving a chunk of the mean towards a chunk of values, with no temporaries."""
+
+    def __init__(self):
+        self.values = np.empty(_CHUNK, np.float64)
+        self.still, self.nans, self.mean_nans = (np.empty(_CHUNK, bool) for _ in range(3))
+
+    def move(self, mean, values, share):
+        """``mean += (values - mean) * share``, in place, except where the value equals the mean:
+        there it stays as it is, infinities, NaNs and -0.0 included."""
+        count = len(mean)
+        moved, still, nans = self.values[:count], self.still[:count], self.nans[:count]
+        np.copyto(moved, values)
+        np.equal(moved, mean, out=still)
+        np.isnan(moved, out=nans)
+        np.logical_and(nans, np.isnan(mean, out=self.mean_nans[:count]), out=nans)
+        np.logical_or(still, nans, out=still)
+        np.logical_not(still, out=still)  # now: moves
+        np.subtract(moved, mean, out=moved)
+        np.multiply(moved, share, out=moved)
+        np.add(mean, moved, out=mean, where=still)
