@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import threading
 import zlib
 
 CHUNK_BYTES = 8 << 20  # what one reader reads (and checksums) at a time
@@ -80,28 +81,28 @@ class ParallelReads:
     def __init__(self, read_into, checksum):
         self._read_into = read_into
         self._crc = checksum == "crc32"
-        self._pool = None
         self._pending = []  # (entry, buffer, start CRC, [(future of the chunk's CRC, its length)])
+        self._submitted = []  # every chunk's future, until this is left
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self._pending = []
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        submitted, self._submitted = self._submitted, []
+        for future in submitted:
+            future.cancel()
+        concurrent.futures.wait(submitted)  # no thread writes into a buffer once this is left
         return False
 
     def add(self, entry, offset, buffer, start_crc=0):
         """Read ``entry.nbytes`` bytes at ``offset`` into ``buffer``; ``start_crc`` is the CRC-32
         the member's data continues (that of its ``.npy`` header)."""
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=READERS)
         chunks = []
         for begin in range(0, buffer.nbytes, CHUNK_BYTES):
             piece = buffer[begin:begin + CHUNK_BYTES]
-            chunks.append((self._pool.submit(self._chunk, offset + begin, piece), piece.nbytes))
+            chunks.append((_readers().submit(self._chunk, offset + begin, piece), piece.nbytes))
+        self._submitted.extend(future for future, _ in chunks)
         self._pending.append((entry, buffer, start_crc, chunks))
 
     def _chunk(self, offset, piece):
@@ -123,9 +124,21 @@ class ParallelReads:
             for entry, buffer, _, chunks in pending:
                 for future, _ in chunks:
                     future.result()
-                hashes.append((entry, buffer, self._pool.submit(sha256_hex, buffer)))
+                hashes.append((entry, buffer, _readers().submit(sha256_hex, buffer)))
             for entry, buffer, future in hashes:
                 yield entry, buffer, future.result()
+
+
+_pool = []
+_pool_lock = threading.Lock()
+
+
+def _readers():
+    """The READERS threads every :class:`ParallelReads` shares: started once, not for every array."""
+    with _pool_lock:
+        if not _pool:
+            _pool.append(concurrent.futures.ThreadPoolExecutor(READERS, thread_name_prefix="subsetsaver-reads"))
+        return _pool[0]
 
 
 def sha256_hex(buffer) -> str:

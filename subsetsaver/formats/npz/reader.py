@@ -37,7 +37,7 @@ from .format import (
     npy_header,
     typed_view,
 )
-from .memory import aligned_bytes, evict_oldest
+from .memory import evict_oldest, recycled_bytes
 from .parallel_read import ParallelReads, sha256_hex
 from .rows import RowPlan
 from .sources import open_source
@@ -251,7 +251,7 @@ class Archive:
                 target = into.get(name)
                 if target is not None and target.nbytes != entry.nbytes:
                     raise ValueError(f"buffer for '{clipped(name)}' has {target.nbytes} bytes, the array {entry.nbytes}")
-                raw = target if target is not None else aligned_bytes(entry.nbytes)
+                raw = target if target is not None else recycled_bytes(entry.nbytes)
                 if entry.nbytes < HASH_IN_THREADS:
                     self._source.read_into(start, raw)
                 if entry.nbytes >= HASH_IN_THREADS:  # read (local files) and checksummed by several threads
