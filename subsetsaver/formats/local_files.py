@@ -29,6 +29,7 @@ import threading
 import uuid
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError, CorruptCheckpointError
+from . import direct_io
 
 TEMPORARY_MARK = ".tmp-"
 # NAME.tmp-HOST-PID-RANDOM, then whatever a writer appends (.index, .data-00000-of-00001, _temp, ...)
@@ -251,10 +252,16 @@ class LocalReader(RangeReader):
         self.path = os.fspath(path)
         self._descriptor = _open_regular(self.path)
         self.size = os.fstat(self._descriptor).st_size
+        self._direct = (direct_io.DirectReads(local_path(self.path))
+                        if direct_io.written_past_the_cache(self._descriptor) else None)
 
     def read_into(self, offset, buffer):
-        """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
+        """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it. A large
+        read of a file this process wrote past the page cache comes from the disk the same way
+        (:mod:`~subsetsaver.formats.direct_io`)."""
         view, done = memoryview(buffer).cast("B"), 0
+        if self._direct is not None and len(view) >= direct_io.DIRECT_FROM:
+            done = self._direct.read(view, offset)
         while done < len(view):
             got = os.preadv(self._descriptor, [view[done:done + _MOST_PER_READ]], offset + done)
             if got <= 0:
@@ -265,13 +272,15 @@ class LocalReader(RangeReader):
     def will_need(self, offset, count) -> None:
         """Ask the kernel to read ``count`` bytes from ``offset`` ahead, while the pieces before them are
         looked at (a cold file is then read at the disk's pace, not one piece's)."""
-        if hasattr(os, "posix_fadvise") and count:
+        if hasattr(os, "posix_fadvise") and count and self._direct is None:  # else read past the page cache
             os.posix_fadvise(self._descriptor, offset, count, os.POSIX_FADV_WILLNEED)
 
     def close(self):
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
+        if self._direct is not None:
+            self._direct.close()
 
 
 def ended_early(path) -> CorruptCheckpointError:
@@ -302,9 +311,17 @@ class _LocalFileSink:
         self._file = open(os.open(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb", buffering=1 << 20)
         self._written = 0  # bytes handed to the file
         self._started = 0  # bytes handed to the file when the last background fdatasync started
-        self._syncing = None
+        self._syncing = self._staged = None
+        try:
+            self._staged = direct_io.StagedWrites.open(self.temporary, self._file.fileno())
+        except BaseException:
+            self.abort()
+            raise
 
     def write(self, data):
+        if self._staged is not None:  # past the page cache; the fsync at commit makes it durable
+            self._staged.write(data)
+            return
         self._file.write(data)
         self._written += len(data) if isinstance(data, bytes) else memoryview(data).nbytes
         if (self._written - self._started >= _WRITEBACK_EVERY
@@ -314,6 +331,8 @@ class _LocalFileSink:
             self._started = self._written
 
     def commit(self):
+        if self._staged is not None:
+            self._staged.finish()
         self._file.flush()
         if self._syncing is not None:
             self._syncing.result()
@@ -335,6 +354,8 @@ class _LocalFileSink:
     def abort(self):
         """Drop the temporary file, whatever state the write stopped in (a full disk fails close too)."""
         try:
+            if self._staged is not None:
+                self._staged.abandon()
             if self._syncing is not None:
                 self._syncing.exception()
             self._file.close()
