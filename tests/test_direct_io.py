@@ -4,22 +4,26 @@ other file (written through the page cache, or changed since) is read through it
 that refuses ``O_DIRECT``, on opening or on a transfer, gets the same bytes through the page cache;
 a read past the end of a file is the usual error.
 
-Whether the page cache holds a file's first bytes is asked with a read flagged ``RWF_NOWAIT``,
-which fails with ``EAGAIN`` where it does not (and starts reading them in: each file is asked once).
+What the page cache holds of a file is asked with ``mincore`` (a read flagged ``RWF_NOWAIT``
+starts reading what it asks for, and may find it there a moment later).
 """
 
+import ctypes
 import errno
 import fcntl
+import mmap
 import os
+import sys
 
 import numpy as np
 import pytest
 
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import direct_io, local_files, storage
+from subsetsaver.formats import direct_io, local_files, storage, tf_bundle
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "O_DIRECT") or not hasattr(os, "RWF_NOWAIT"),
-                                reason="O_DIRECT and RWF_NOWAIT are Linux's; elsewhere every transfer is buffered")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="O_DIRECT is Linux's; elsewhere every transfer goes through the page cache")
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 BLOCK, STAGE, BOUNCE = direct_io.BLOCK, direct_io.STAGE_BYTES, direct_io.BOUNCE_BYTES
 SIZES = [0, 1, BLOCK - 1, BLOCK + 1, STAGE - 1, STAGE, STAGE + 1, 2 * STAGE + 3 * BLOCK + 5]
@@ -29,15 +33,21 @@ def random_bytes(size, seed=0):
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
 
 
-def cached_at_start(path) -> bool:
-    descriptor = os.open(path, os.O_RDONLY)
+def resident_pages(path) -> int:
+    """How many pages of the file at ``path`` the page cache holds (``mincore`` of a mapping of it that
+    is never touched: asking reads nothing in)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        mapping = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
     try:
-        os.preadv(descriptor, [bytearray(BLOCK)], 0, os.RWF_NOWAIT)
-        return True
-    except BlockingIOError:
-        return False
+        pages = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+        start = ctypes.c_char.from_buffer(mapping)
+        if LIBC.mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), pages) != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+        del start
+        return sum(page & 1 for page in pages)
     finally:
-        os.close(descriptor)
+        mapping.close()
 
 
 def write(path, data, pieces):
@@ -67,11 +77,11 @@ def test_staged_writes_give_the_exact_bytes_in_any_pieces(tmp_path, size):
 def test_a_large_write_goes_past_the_page_cache(tmp_path, monkeypatch):
     data = random_bytes(2 * STAGE + 100)
     write(tmp_path / "direct.bin", data, [1 << 20])
-    assert not cached_at_start(tmp_path / "direct.bin")
+    assert resident_pages(tmp_path / "direct.bin") == 1  # the tail's page, written through the page cache
     assert (tmp_path / "direct.bin").read_bytes() == data
     monkeypatch.setattr(direct_io, "_open_direct", lambda path, flags: None)  # refused on opening
     write(tmp_path / "buffered.bin", data, [1 << 20])
-    assert cached_at_start(tmp_path / "buffered.bin")
+    assert resident_pages(tmp_path / "buffered.bin") == -(-len(data) // mmap.PAGESIZE)
     assert (tmp_path / "buffered.bin").read_bytes() == data
 
 
@@ -96,31 +106,48 @@ def test_reads_of_a_file_written_past_the_page_cache_are_exact_and_leave_it_out(
     data = random_bytes(2 * STAGE + 3 * BLOCK + 5)
     path = tmp_path / "file.bin"
     write(path, data, [len(data)])
-    with local_files.LocalReader(path) as reader:
+    with direct_io.reading_back(), local_files.LocalReader(path) as reader:
         read = reader.read_into(offset, np.zeros(count, dtype=np.uint8))
     assert read.tobytes() == data[offset:offset + count]
-    assert not cached_at_start(path)  # read from the disk, not into the page cache
+    assert resident_pages(path) == 1  # read from the disk, not into the page cache (the tail's page was)
 
 
-def test_files_written_through_the_page_cache_or_changed_since_are_read_through_it(tmp_path, monkeypatch):
+def test_only_a_writers_read_back_of_what_it_wrote_past_the_page_cache_goes_past_it(tmp_path, monkeypatch):
     data = random_bytes(2 * STAGE + 5)
     write(tmp_path / "direct.bin", data, [len(data)])
     with local_files.LocalReader(tmp_path / "direct.bin") as reader:
+        assert reader._direct is None  # a later read: the page cache may hold the file by then
+    with direct_io.reading_back(), local_files.LocalReader(tmp_path / "direct.bin") as reader:
         assert reader._direct is not None
     with open(tmp_path / "direct.bin", "ab") as handle:  # another writer appends to it
         handle.write(b"more")
     monkeypatch.setattr(direct_io, "_open_direct", lambda path, flags: None)
     write(tmp_path / "buffered.bin", data, [len(data)])
     for name, expected in (("direct.bin", data + b"more"), ("buffered.bin", data)):
-        with local_files.LocalReader(tmp_path / name) as reader:
+        with direct_io.reading_back(), local_files.LocalReader(tmp_path / name) as reader:
             assert reader._direct is None, name
             assert reader.read_into(3, np.zeros(len(expected) - 3, dtype=np.uint8)).tobytes() == expected[3:]
+
+
+def test_a_checkpoints_read_back_comes_from_the_disk(tmp_path, monkeypatch):
+    from subsetsaver.tools.slim import slim
+
+    values = {"w": np.random.default_rng(1).standard_normal(3 * STAGE // 4).astype(np.float32)}
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    source = tf_bundle.write(tmp_path / "in" / "model", values)  # written past the page cache too
+    opened = []
+    real_init = direct_io.DirectReads.__init__
+    monkeypatch.setattr(direct_io.DirectReads, "__init__", lambda self, path: (opened.append(path),
+                                                                                real_init(self, path))[1])
+    slim(source, "everything()", tmp_path / "out" / "model")  # the source is read through the page cache
+    assert len(opened) == 1 and os.path.dirname(opened[0]) == str(tmp_path / "out") and ".data-" in opened[0]
 
 
 def test_a_read_past_the_end_is_the_ended_early_error(tmp_path):
     path = tmp_path / "file.bin"
     write(path, random_bytes(STAGE + 5), [STAGE + 5])
-    with local_files.LocalReader(path) as reader:
+    with direct_io.reading_back(), local_files.LocalReader(path) as reader:
         with pytest.raises(CorruptCheckpointError, match="ended while reading it"):
             reader.read_into(10, np.zeros(STAGE, dtype=np.uint8))
 
@@ -129,6 +156,6 @@ def test_buffers_let_go_of_are_kept_within_bounds(tmp_path):
     data = random_bytes(STAGE + 5)
     for index in range(6):
         write(tmp_path / f"file{index}.bin", data, [len(data)])
-        with local_files.LocalReader(tmp_path / f"file{index}.bin") as reader:
+        with direct_io.reading_back(), local_files.LocalReader(tmp_path / f"file{index}.bin") as reader:
             reader.read_into(1, np.zeros(STAGE, dtype=np.uint8))
     assert {size: len(idle) for size, idle in direct_io._idle.items()} == {STAGE: 2, BOUNCE: 1}

@@ -32,7 +32,7 @@ from ..errors import (
     OutputExistsError,
     SubsetSaverError,
 )
-from . import publish, storage, subset_manifest, tf_state
+from . import direct_io, publish, storage, subset_manifest, tf_state
 from .npz import free_idle_buffers
 from .progress import progress_bar
 from .tf_bundle.checksums import RunningCrc, crc32c
@@ -150,7 +150,11 @@ def verify(checkpoint_format, path, expected, parts=None) -> None:
     """Read back every tensor ``expected`` (name -> (shape, dtype, CRC32C of the bytes given)) from the
     checkpoint at ``path``, one at a time, and every part of ``parts`` (name -> {offset: the same}); its
     names must be those. CorruptCheckpointError otherwise."""
-    parts = dict(parts or {})
+    with direct_io.reading_back():  # what was written past the page cache is read from the disk
+        _verify(checkpoint_format, path, expected, dict(parts or {}))
+
+
+def _verify(checkpoint_format, path, expected, parts):
     names = {info.name for info in checkpoint_format.contents(path).tensors}
     wanted = set(expected) | set(parts)
     if names != wanted:

@@ -8,10 +8,10 @@ at 1.4 GB/s written with ``O_DIRECT`` and gave them back at 1.0-1.7 GB/s. So:
 - :class:`StagedWrites` appends a file's bytes through aligned staging buffers written with
   ``O_DIRECT`` (one stage written by a background thread while the next is filled); the last
   partial block goes through the ordinary descriptor, and the caller's fsync makes it all durable.
-- :class:`DirectReads` reads large ranges of a file that this process wrote so (the page cache
-  does not hold it: :func:`written_past_the_cache`) with ``O_DIRECT`` through aligned buffers. A
-  checkpoint is then read back and verified from the disk itself, not from memory. Every other
-  file is read through the page cache, which may well hold it.
+- :class:`DirectReads` reads large ranges of a file that this process wrote so with ``O_DIRECT``
+  through aligned buffers, while the writer reads it back (:func:`reading_back`): the page cache
+  does not hold it, and the checkpoint is verified from the disk itself, not from memory. Every
+  other read goes through the page cache, which may well hold the file by then.
 
 Where the system or the file system refuses ``O_DIRECT`` (some FUSE mounts, macOS), both step
 aside and everything goes through the page cache as before.
@@ -20,14 +20,16 @@ Example::
 
     staged = StagedWrites.open(path, descriptor)      # None where O_DIRECT is refused
     staged.write(memoryview(array)); staged.finish()  # then fsync(descriptor)
-    if written_past_the_cache(descriptor):
-        done = DirectReads(path).read(view, offset)   # bytes filled; the caller reads the rest
+    with reading_back():
+        if read_past_the_cache(descriptor):
+            done = DirectReads(path).read(view, offset)   # bytes filled; the caller reads the rest
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import errno
 import os
 import threading
@@ -181,11 +183,33 @@ def _identity(descriptor):
     return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
-def written_past_the_cache(descriptor) -> bool:
-    """Whether this process wrote the file open as ``descriptor`` with :class:`StagedWrites` (as it is
-    now: same size and time): the page cache does not hold it, so large reads go past it too."""
+_reading_back = 0  # writers reading back what they wrote, now
+
+
+@contextlib.contextmanager
+def reading_back():
+    """While this is entered, a file this process wrote with :class:`StagedWrites` is read past the page
+    cache too: a writer's read-back then checks what the disk holds. Other reads go through the page
+    cache, which may hold the file by then (another process read it).
+
+    with reading_back(): verify(staged)
+    """
+    global _reading_back
     with _idle_lock:
-        return _identity(descriptor) in _written
+        _reading_back += 1
+    try:
+        yield
+    finally:
+        with _idle_lock:
+            _reading_back -= 1
+
+
+def read_past_the_cache(descriptor) -> bool:
+    """Whether the file open as ``descriptor`` is to be read with :class:`DirectReads`: a writer is
+    reading back (:func:`reading_back`) and this process wrote it past the page cache, and it is as
+    it was written (same size and time)."""
+    with _idle_lock:
+        return _reading_back > 0 and _identity(descriptor) in _written
 
 
 class DirectReads:

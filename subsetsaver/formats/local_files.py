@@ -253,12 +253,12 @@ class LocalReader(RangeReader):
         self._descriptor = _open_regular(self.path)
         self.size = os.fstat(self._descriptor).st_size
         self._direct = (direct_io.DirectReads(local_path(self.path))
-                        if direct_io.written_past_the_cache(self._descriptor) else None)
+                        if direct_io.read_past_the_cache(self._descriptor) else None)
 
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it. A large
-        read of a file this process wrote past the page cache comes from the disk the same way
-        (:mod:`~subsetsaver.formats.direct_io`)."""
+        read that a writer's read-back makes of a file it wrote past the page cache comes from the disk
+        the same way (:mod:`~subsetsaver.formats.direct_io`)."""
         view, done = memoryview(buffer).cast("B"), 0
         if self._direct is not None and len(view) >= direct_io.DIRECT_FROM:
             done = self._direct.read(view, offset)
