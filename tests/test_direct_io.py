@@ -100,10 +100,13 @@ def test_a_direct_transfer_turned_down_goes_through_the_page_cache(tmp_path, mon
     assert refused == [0, STAGE, 2 * STAGE]
 
 
-@pytest.mark.parametrize("offset,count", [(0, BOUNCE), (13, BOUNCE + 7), (BLOCK - 1, 3 * BOUNCE + 1),
-                                          (STAGE - 5, STAGE + 10), (1, 2 * STAGE + 3 * BLOCK + 4)])
+FILE = 2 * STAGE + 3 * BLOCK + 5
+
+
+@pytest.mark.parametrize("offset,count", [(0, BOUNCE), (13, BOUNCE + 7), (BLOCK - 1, FILE - BLOCK + 1),
+                                          (STAGE - 5, STAGE + 10), (1, FILE - 1)])
 def test_reads_of_a_file_written_past_the_page_cache_are_exact_and_leave_it_out(tmp_path, offset, count):
-    data = random_bytes(2 * STAGE + 3 * BLOCK + 5)
+    data = random_bytes(FILE)
     path = tmp_path / "file.bin"
     write(path, data, [len(data)])
     with direct_io.reading_back(), local_files.LocalReader(path) as reader:

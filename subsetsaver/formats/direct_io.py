@@ -52,8 +52,8 @@ def _open_direct(path, flags):
 
 
 STAGE_BYTES = 4 << 20  # bytes written past the page cache at a time (two stages a file being written)
-BOUNCE_BYTES = 1 << 20  # bytes read past the page cache at a time (one buffer a read in flight)
-_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: 10}  # buffers let go of and kept, their pages already touched
+BOUNCE_BYTES = (2 << 20) + BLOCK  # bytes read past the page cache at a time: 2 MiB at any offset
+_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: 4}  # buffers let go of and kept, their pages already touched
 _idle = {size: [] for size in _IDLE_KEPT}
 _idle_lock = threading.Lock()
 
