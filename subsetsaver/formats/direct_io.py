@@ -35,8 +35,11 @@ import os
 import threading
 
 BLOCK = 4096  # offsets, lengths and memory of O_DIRECT transfers are multiples of this
+STAGE_BYTES = 4 << 20  # bytes written past the page cache at a time (two stages a file being written)
+BOUNCE_BYTES = (2 << 20) + BLOCK  # bytes read past the page cache at a time: 2 MiB at any offset
 DIRECT_FROM = 1 << 20  # reads smaller than this always go through the page cache
 _REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP))
+_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: 4}  # buffers let go of and kept, their pages already touched
 
 
 def _open_direct(path, flags):
@@ -51,11 +54,8 @@ def _open_direct(path, flags):
         raise
 
 
-STAGE_BYTES = 4 << 20  # bytes written past the page cache at a time (two stages a file being written)
-BOUNCE_BYTES = (2 << 20) + BLOCK  # bytes read past the page cache at a time: 2 MiB at any offset
-_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: 4}  # buffers let go of and kept, their pages already touched
 _idle = {size: [] for size in _IDLE_KEPT}
-_idle_lock = threading.Lock()
+_lock = threading.Lock()  # guards the idle buffers, the files written and the read-backs under way
 
 
 def _buffer(size):
@@ -64,14 +64,14 @@ def _buffer(size):
 
     import numpy as np
 
-    with _idle_lock:
+    with _lock:
         if _idle[size]:
             return _idle[size].pop()
     return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
 
 
 def _let_go(buffer):
-    with _idle_lock:
+    with _lock:
         idle = _idle[len(buffer)]
         if len(idle) < _IDLE_KEPT[len(buffer)]:
             idle.append(buffer)
@@ -152,7 +152,7 @@ class StagedWrites:
             stage, aligned = self._stages[self._current], self._filled - self._filled % BLOCK
             _write_all(self._direct, self._buffered, stage[:aligned], self.offset)
             _write_all(self._buffered, self._buffered, stage[aligned:self._filled], self.offset + aligned)
-            with _idle_lock:
+            with _lock:
                 if self.offset or aligned:  # some of it went past the page cache
                     _written[_identity(self._buffered)] = True
                 while len(_written) > _WRITTEN_KEPT:
@@ -195,12 +195,12 @@ def reading_back():
     with reading_back(): verify(staged)
     """
     global _reading_back
-    with _idle_lock:
+    with _lock:
         _reading_back += 1
     try:
         yield
     finally:
-        with _idle_lock:
+        with _lock:
             _reading_back -= 1
 
 
@@ -208,7 +208,7 @@ def read_past_the_cache(descriptor) -> bool:
     """Whether the file open as ``descriptor`` is to be read with :class:`DirectReads`: a writer is
     reading back (:func:`reading_back`) and this process wrote it past the page cache, and it is as
     it was written (same size and time)."""
-    with _idle_lock:
+    with _lock:
         return _reading_back > 0 and _identity(descriptor) in _written
 
 
