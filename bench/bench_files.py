@@ -91,17 +91,24 @@ tf.raw_ops.SaveV2(prefix=output, tensor_names=names, shape_and_slices=[""] * len
 """
 
 
+# Linux keeps a process's peak RSS across exec, so a command forked from this process (which has
+# written gigabytes) would report this process's size: a small launcher starts it and reports its peak.
+PEAK_LAUNCHER = """
+import os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage.ru_maxrss * 1024)
+"""
+
+
 def timed(command, allowed=(0,)):
     """(seconds, peak resident bytes) of one child process that ends with an ``allowed`` exit code."""
-    import time
-
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) not in allowed:
+    result = subprocess.run([sys.executable, "-c", PEAK_LAUNCHER, *command], capture_output=True, text=True)
+    code, seconds, peak = result.stdout.split()
+    if int(code) not in allowed:
         raise RuntimeError(f"{command} failed")
-    return seconds, usage.ru_maxrss * 1024
+    return float(seconds), int(peak)
 
 
 def paired(ours, theirs, cleanup=lambda: None, ours_allowed=(0,)):
