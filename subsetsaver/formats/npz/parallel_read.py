@@ -3,8 +3,8 @@
 One ``pread`` after another keeps a single request in flight, and a virtual disk serves
 a cold file several times faster with a queue of them: reading 1 GiB cold took 1.6-3.9 s
 in one stream and 0.5-0.7 s with four readers on the machine the benchmarks were taken
-on. So each large array is cut into chunks of 8 MiB, read by four threads into its final
-buffer (the threads also fault that fresh memory in, side by side), and each chunk's
+on. So each large array is cut into chunks of 8 MiB, read by READERS threads (started once and
+shared by every read) into its final buffer, and each chunk's
 CRC-32 is taken by the thread that read it; :func:`crc32_combine` joins them into the
 member's CRC-32 without touching the data again. SHA-256 cannot be joined, so with
 ``checksum='sha256'`` each array is hashed whole once its chunks are in.
