@@ -427,6 +427,25 @@ def test_average_of_two_checkpoints_is_numpys_mean_and_keeps_the_last_state(fine
         np.testing.assert_array_max_ulp(written[name], exact.astype(np.float32), maxulp=1)
 
 
+def test_a_tensor_stored_in_parts_averages_to_the_bits_of_the_same_tensor_stored_whole(tmp_path):
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal((6, 5)).astype(np.float32) for _ in range(3)]  # each input different
+    parted, whole = [], []
+    for index, value in enumerate(inputs):
+        prefix = str(tmp_path / f"parts{index}" / "m")
+        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=["emb", "emb"], shape_and_slices=["6 5 0,4:-", "6 5 4,2:-"],
+                          tensors=[value[:4], value[4:]])  # stored in two parts: read whole, not streamed
+        parted.append(prefix)
+        whole.append(saved(tmp_path / f"whole{index}" / "m", {"emb": value}))
+    from_parts = average(parted, tmp_path / "avg-parts" / "m", weights=[1, 2, 3])
+    from_whole = average(whole, tmp_path / "avg-whole" / "m", weights=[1, 2, 3])
+    assert from_parts.averaged == from_whole.averaged == ("emb",)
+    expected = tf_values(from_whole.output)["emb"]
+    exact = np.average(np.stack(inputs).astype(np.float64), axis=0, weights=[1, 2, 3])
+    np.testing.assert_array_max_ulp(expected, exact.astype(np.float32), maxulp=1)
+    assert tf_values(from_parts.output)["emb"].tobytes() == expected.tobytes()
+
+
 def test_average_reports_every_disagreement_at_once(tmp_path, run_cli):
     first = saved(tmp_path / "a" / "m", {"w": np.zeros((2, 2), np.float32), "b": np.zeros(2, np.float32),
                                          "s": np.zeros(2, np.float32)})

@@ -129,7 +129,9 @@ def _averaged_tensors(paths, weights, averaged, names, shapes):
             if opened is not None:
                 stack.enter_context(opened)
         if None in streams:
-            yield from _whole_means(paths, weights, averaged, names)
+            yield from _whole_means(weights, averaged, names,
+                                    [catalog_module.read_tensors(path, averaged) for path in paths[:-1]],
+                                    catalog_module.read_tensors(paths[-1], names))
             return
         buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(2)] for _ in streams]
         averaged = set(averaged)
@@ -138,8 +140,9 @@ def _averaged_tensors(paths, weights, averaged, names, shapes):
                 yield name, streams[-1].read(name)
             elif math.prod(shapes[name]) and all(opened.streamable(name) for opened in streams):
                 yield name, _streamed_mean(streams, name, weights, buffers, shapes[name])
-            else:
-                yield from _whole_means(paths, weights, [name], [name], [opened.read for opened in streams])
+            else:  # stored in parts, say: one input's tensor at a time
+                yield from _whole_means(weights, [name], [name], [_read(opened, name) for opened in streams[:-1]],
+                                        _read(streams[-1], name))
 
 
 def _streamed_mean(streams, name, weights, buffers, shape):
@@ -160,16 +163,15 @@ def _streamed_mean(streams, name, weights, buffers, shape):
     return flat.reshape(shape)
 
 
-def _whole_means(paths, weights, averaged, names, readers=None):
-    """Yield ``(name, array)`` for every name of ``names``, the ``averaged`` ones as the mean; each input's
-    tensor is read after the one before it has been added in. ``readers``: per input, name -> array
-    (None: :func:`~subsetsaver.catalog.read_tensors` of each path)."""
-    if readers is None:
-        earlier = [catalog_module.read_tensors(path, averaged) for path in paths[:-1]]
-        last = catalog_module.read_tensors(paths[-1], names)
-    else:
-        earlier = [((name, read(name)) for name in averaged) for read in readers[:-1]]
-        last = ((name, readers[-1](name)) for name in names)
+def _read(streams, name):
+    """Yield ``(name, array)`` of tensor ``name`` of ``streams``, read whole when asked for."""
+    yield name, streams.read(name)
+
+
+def _whole_means(weights, averaged, names, earlier, last):
+    """Yield ``(name, array)`` for every name of ``names``, the ``averaged`` ones as the mean; ``earlier``:
+    per input but the last, an iterator of ``(name, array)`` of the averaged names; ``last``: the same of
+    every name of the last input. Each input's tensor is read after the one before it has been added in."""
     averaged, scratch = set(averaged), _Scratch()
     for name in names:
         if name not in averaged:
