@@ -172,10 +172,15 @@ def test_a_read_past_the_end_is_the_ended_early_error(tmp_path):
             reader.read_into(10, np.zeros(STAGE, dtype=np.uint8))
 
 
-def test_buffers_let_go_of_are_kept_within_bounds(tmp_path):
+def test_buffers_are_reused_and_those_kept_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(direct_io, "_idle", {size: [] for size in direct_io._IDLE_KEPT})  # none kept yet
     data = random_bytes(STAGE + 5)
     for index in range(6):
         write(tmp_path / f"file{index}.bin", data, [len(data)])
         with direct_io.reading_back(), local_files.LocalReader(tmp_path / f"file{index}.bin") as reader:
             reader.read_into(1, np.zeros(STAGE, dtype=np.uint8))
-    assert {size: len(idle) for size, idle in direct_io._idle.items()} == {STAGE: 2, BOUNCE: 1}
+    assert {size: len(idle) for size, idle in direct_io._idle.items()} == {STAGE: 2, BOUNCE: 1}  # reused
+    held = [direct_io._buffer(STAGE) for _ in range(6)]
+    for buffer in held:
+        direct_io._let_go(buffer)
+    assert len(direct_io._idle[STAGE]) == direct_io._IDLE_KEPT[STAGE] == 4
