@@ -31,7 +31,7 @@ import enum
 import warnings
 
 from . import catalog as catalog_module
-from .catalog import dataflow, no_garbage_collection
+from .catalog import dataflow, may_be_read_forward, no_garbage_collection
 from .errors import SubsetSaverError, SubsetSaverWarning
 from .selectors import Nothing, Selector, closest_names, format_bytes, slots
 
@@ -127,7 +127,7 @@ def audit_errors(sel_or_plan, graph=None) -> list:
         _selector, catalog, saved = _selection(sel_or_plan, graph)
         left_out = catalog.all_names - saved - catalog.collection("trainable_variables") - catalog.collection(
             LOCAL_VARIABLES)
-        if not left_out or not catalog.may_be_read_forward(catalog.in_order(left_out)):
+        if not left_out or not may_be_read_forward(catalog, catalog.in_order(left_out)):
             return []
         return _ordered(_unsaved_state(catalog, dataflow(catalog), saved, None), catalog)
 

@@ -8,7 +8,6 @@ Example::
     ['numpy', 'python', 'subsetsaver', 'tensorflow']
 """
 
-import importlib.metadata
 import platform
 import sys
 
@@ -18,6 +17,8 @@ __version__ = "0.1.0"
 def versions() -> dict:
     """subsetsaver's, TensorFlow's (None when it is not installed; never imported for this), numpy's
     and Python's versions."""
+    import importlib.metadata  # here: it loads the email package, which no command that reads needs
+
     import numpy as np
 
     tf_version = getattr(sys.modules.get("tensorflow"), "__version__", None)

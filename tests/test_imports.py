@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("tensorflow", "ml_dtypes", "safetensors", "keras", "tf_keras", "matplotlib", "networkx", "graphviz")
 CHILD = ("import json, sys\n"
@@ -34,11 +36,44 @@ LAZY_CHILD = ("import json, sys\n"
 
 
 def test_the_library_loads_a_room_when_one_of_its_names_is_first_used():
-    """``import subsetsaver`` (every command line run) loads the rooms an ``inspect`` needs, not planning,
-    Keras, drawings, layouts or training; their names load on first use and stay the names they were."""
+    """``import subsetsaver`` and its command line (every command line run) load no room but the errors;
+    every public name loads its room on first use and stays the name it was (``ss.audit`` the function,
+    after ``import subsetsaver.audit`` too)."""
     done = subprocess.run([sys.executable, "-c", LAZY_CHILD], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [
-        ["audit", "catalog", "cli", "errors", "formats", "selectors", "tf_internals", "version"],
+        ["cli", "errors", "lazy_exports", "version"],
         "subsetsaver.audit", "subsetsaver.planning.planner", "subsetsaver.keras", "subsetsaver.training", True]
+
+
+INSPECT_CHILD = ("import json, sys\n"
+                 "from subsetsaver.cli import main\n"
+                 "try:\n"
+                 "    main(['inspect', sys.argv[1]])\n"
+                 "except SystemExit as done:\n"
+                 "    assert done.code == 0, done.code\n"
+                 "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('subsetsaver.', 'email')))))\n")
+GRAPH_SIDE = ("subsetsaver.audit", "subsetsaver.catalog.dataflow", "subsetsaver.catalog.dataflow_roles",
+              "subsetsaver.catalog.op_graph", "subsetsaver.catalog.training_state", "subsetsaver.catalog.sources",
+              "subsetsaver.catalog.meta_source", "subsetsaver.catalog.keras_source", "subsetsaver.formats.meta_graph",
+              "subsetsaver.selectors.expressions", "subsetsaver.selectors.parser", "subsetsaver.tf_internals")
+WRITING_OR_REMOTE = ("subsetsaver.formats.remote_storage", "subsetsaver.formats.gfile_files",
+                     "subsetsaver.formats.tf_bundle.writer", "subsetsaver.formats.npz.reader",
+                     "subsetsaver.formats.npz.writer", "subsetsaver.formats.npz.format",
+                     "subsetsaver.formats.checkpoint_writer")
+
+
+def test_inspect_of_a_local_checkpoint_loads_only_the_modules_that_read_it(tmp_path):
+    """Every module a process loads is compiled from source where no bytecode is kept: ``inspect`` loads
+    no graph-side module (audit, dataflow, MetaGraph, selectors' language), no writer, no remote storage,
+    and not the standard library's e-mail package (``importlib.metadata`` brings it)."""
+    from subsetsaver.formats import tf_bundle
+
+    prefix = tf_bundle.write(tmp_path / "model", {"dense/w": np.ones((2, 3), np.float32)})
+    done = subprocess.run([sys.executable, "-c", INSPECT_CHILD, prefix], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert "dense/w" in done.stdout and "subsetsaver.formats.tf_bundle.reader" in loaded
+    assert [name for name in loaded if name in GRAPH_SIDE + WRITING_OR_REMOTE or name.startswith("email")] == []

@@ -249,7 +249,7 @@ def test_the_errors_at_build_are_the_audits_and_the_nearby_ops_never_miss_a_read
     catalog = catalog_module.load(CORPUS[builder]().graph)
     flow = catalog_module.dataflow(catalog)
     for name in catalog.ordered_names:
-        if not catalog.may_be_read_forward([name]):
+        if not catalog_module.may_be_read_forward(catalog, [name]):
             assert flow.forward_reader(name) is None, name
     for selector in (ss.trainable(), ss.trainable() | ss.bn_stats(), ss.everything() - ss.slots(), ss.everything()):
         errors = [finding for finding in audit(selector, catalog) if finding.severity == "error"]

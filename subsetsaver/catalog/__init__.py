@@ -4,7 +4,8 @@ Flow: a source (``tf.Graph``, ``.meta`` file, checkpoint (name- or object-based)
 :class:`Catalog` (``sources``, ``meta_source`` (a ``.meta`` file without TensorFlow), ``checkpoints``,
 ``keras_source``); the graph's ops, live or from the file, are joined with their function bodies
 in one view (``op_graph``); each variable's role (optimizer slot,
-batch-norm statistic, moving average, step) is found from that structure (``roles``);
+batch-norm statistic, moving average, step) is found from that structure (``dataflow_roles``,
+or from names where there is no graph: ``roles``);
 and who reads and writes each variable (``dataflow``) is what the audit reasons over.
 
 This room imports only ``formats``, ``errors`` and ``tf_internals``. Other rooms use the
@@ -18,34 +19,21 @@ Example::
     # ['conv_1/b/Adam', 'conv_1/b/Adam_1']
 """
 
-from .checkpoints import (
-    checkpoint_catalog,
-    checkpoint_contents,
-    checkpoint_kind,
-    checkpoint_prefix,
-    file_catalog,
-    file_format,
-    object_checkpoint_names,
-    read_tensors,
-    source_path,
-    unlisted_checkpoints_error,
-)
-from .dataflow import Dataflow, dataflow, no_garbage_collection
-from .keras_source import KerasVariables, is_keras_model
-from .keras_source import dtype_name as keras_dtype_name
-from .keras_source import read as read_keras
-from .records import (
-    GLOBAL_STEP,
-    GLOBAL_VARIABLES,
-    LOCAL_VARIABLES,
-    TRAINABLE_VARIABLES,
-    Catalog,
-    CatalogEntry,
-    VariableRecord,
-    value_bytes,
-)
-from .roles import ROLES, Roles, roles_from_names, roles_from_object_graph, warn_missed_optimizer_state
-from .sources import load
+from ..lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".checkpoints", "checkpoint_catalog", "checkpoint_contents", "checkpoint_kind", "checkpoint_prefix",
+            "file_catalog", "file_format", "object_checkpoint_names", "read_tensors", "source_path",
+            "unlisted_checkpoints_error"),
+    **names(".dataflow", "Dataflow", "dataflow", "may_be_read_forward", "no_garbage_collection"),
+    **names(".keras_source", "KerasVariables", "is_keras_model"),
+    "keras_dtype_name": (".keras_source", "dtype_name"),
+    "read_keras": (".keras_source", "read"),
+    **names(".records", "GLOBAL_STEP", "GLOBAL_VARIABLES", "LOCAL_VARIABLES", "TRAINABLE_VARIABLES", "Catalog",
+            "CatalogEntry", "VariableRecord", "value_bytes"),
+    **names(".roles", "ROLES", "Roles", "roles_from_names", "roles_from_object_graph", "warn_missed_optimizer_state"),
+    **names(".sources", "load"),
+})
 
 __all__ = [
     "GLOBAL_STEP",
@@ -68,6 +56,7 @@ __all__ = [
     "file_format",
     "is_keras_model",
     "load",
+    "may_be_read_forward",
     "no_garbage_collection",
     "object_checkpoint_names",
     "keras_dtype_name",

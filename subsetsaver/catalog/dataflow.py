@@ -506,7 +506,8 @@ def dataflow(catalog) -> Dataflow:
 
 def may_be_read_forward(catalog, names, budget=None) -> bool:
     """Whether one of ``names`` may have a forward reader (:meth:`Dataflow.forward_reader` without
-    fetches), judged from the ops near each variable in the live graph, without its GraphDef.
+    fetches), judged from the ops near each variable in the live graph, without its GraphDef
+    (True for a ``.meta`` file's catalog: the dataflow decides).
 
     False proves that none has one: everything its value reaches over data edges either computes
     nothing or computes a value that reaches no use (an optimizer slot, a beta power, a step). True
@@ -515,6 +516,8 @@ def may_be_read_forward(catalog, names, budget=None) -> bool:
     at least 20,000), past which reading the whole graph costs less.
     """
     if catalog.graph is None:
+        if catalog.traceable:  # a .meta file's ops: no live graph to look near
+            return True
         raise TypeError(f"a {catalog.kind} catalog has no graph to trace; pass a tf.Graph or a .meta file")
     if budget is None:
         budget = max(_NEARBY_BUDGET, catalog.graph.version)

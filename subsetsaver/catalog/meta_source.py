@@ -21,6 +21,7 @@ import math
 
 from ..errors import CorruptCheckpointError
 from ..formats import meta_graph, tf_bundle
+from .dataflow_roles import roles_from_graph
 from .op_graph import VARIABLE_OPS, OpGraph, register_op_defs
 from .records import (
     GLOBAL_STEP,
@@ -31,7 +32,6 @@ from .records import (
     CatalogEntry,
     value_bytes,
 )
-from .roles import roles_from_graph
 
 PASS_A_META_FILE = "pass the .meta file that tf.compat.v1.train.Saver.save wrote"
 _LARGEST = (1 << 63) - 1

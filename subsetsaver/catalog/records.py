@@ -19,8 +19,6 @@ import functools
 import math
 
 from ..formats import tf_bundle
-from .dataflow import may_be_read_forward
-from .op_graph import OpGraph
 from .roles import Roles, roles_from_names
 
 GLOBAL_VARIABLES = "variables"
@@ -112,9 +110,10 @@ class Catalog:
     creation order). ``collections``: key -> names. ``variables``: name -> its ``tf.Variable`` parts
     (a tuple); ``whole_variables``: name -> the one ``tf.Variable`` of a name that has no partitions.
 
-    A graph read without TensorFlow (a ``.meta`` file) has no ``graph``; it gives its op graph instead:
-    ``op_graph`` (a function that makes the :class:`OpGraph`), ``op_collections`` (key -> the op names
-    of a graph collection) and ``initializers`` (the variables' initializer op names).
+    A graph's catalog gives ``op_graph``: a function that makes its
+    :class:`~subsetsaver.catalog.op_graph.OpGraph`. A graph read without TensorFlow (a ``.meta`` file)
+    has no ``graph``; it gives ``op_collections`` (key -> the op names of a graph collection) and
+    ``initializers`` (the variables' initializer op names) instead.
     """
 
     def __init__(self, entries, collections, *, kind, graph=None, variables=None, roles=None,
@@ -209,8 +208,6 @@ class Catalog:
         if self._op_graph is None:
             if self._op_graph_source is not None:
                 self._op_graph = self._op_graph_source()
-            elif self.graph is not None:
-                self._op_graph = OpGraph(self.graph.as_graph_def())
         return self._op_graph
 
     def op_collection(self, key) -> list:
@@ -233,15 +230,6 @@ class Catalog:
             return list(self._initializers)
         return [variable.initializer.name for variable in self.variables(self.ordered_names)
                 if getattr(variable, "initializer", None) is not None]
-
-    def may_be_read_forward(self, names) -> bool:
-        """Whether one of ``names`` may be read by a computation whose result is used, judged from the
-        ops near each variable; False proves none is (see
-        :func:`~subsetsaver.catalog.dataflow.may_be_read_forward`). Without a live graph: True (the
-        dataflow decides)."""
-        if self.graph is None and self.traceable:
-            return True
-        return may_be_read_forward(self, names)
 
     def names_matching(self, key, select) -> frozenset:
         """The names ``select(all_names)`` picks (an iterable of them), computed once per ``key`` (a

@@ -24,6 +24,7 @@ from ..formats import storage, tf_index
 from . import keras_source, meta_source
 from .checkpoints import file_catalog
 from .dataflow import no_garbage_collection
+from .op_graph import OpGraph
 from .records import (
     GLOBAL_VARIABLES,
     LOCAL_VARIABLES,
@@ -127,6 +128,7 @@ def _read_variables(graph, kind) -> Catalog:
         variables=split,
         whole_variables=whole,
         roles=meta_source.graph_roles,
+        op_graph=lambda: OpGraph(graph.as_graph_def()),
     )
 
 

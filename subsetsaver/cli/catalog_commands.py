@@ -4,9 +4,9 @@ import collections
 
 import click
 
-from .. import catalog
+from .. import catalog, selectors
 from ..formats import subset_manifest
-from ..selectors import format_bytes, parse
+from ..selectors import format_bytes
 from .output import (
     RECORD_ALIGN,
     RECORD_HEADERS,
@@ -37,7 +37,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
     if values_of is not None:
         _echo_values(source, cat, values_of, as_json)
         return
-    names = set(parse(keep).names(cat)) if keep is not None else cat.all_names
+    names = set(selectors.parse(keep).names(cat)) if keep is not None else cat.all_names
     records = [r for r in cat.records if r.name in names]
     scopes = collections.OrderedDict()
     for record in records:
@@ -155,7 +155,7 @@ def closest_text(name, names) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def select_command(expression, graph, checkpoint, explain, allow_empty, as_json):
     """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals."""
-    selector = parse(expression)
+    selector = selectors.parse(expression)
     cat = load_source(graph, checkpoint)
     names = selector.names(cat, allow_empty=allow_empty)
     by_name = cat.records_by_name

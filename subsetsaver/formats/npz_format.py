@@ -17,7 +17,10 @@ class NpzFormat(CheckpointFormat):
     description = "portable .npz"
     noun = "portable file"
     suffixes = (".npz",)
-    dtypes = frozenset(npz.STORED_AS)
+
+    @property
+    def dtypes(self):
+        return frozenset(npz.STORED_AS)
 
     def recognises(self, path) -> bool:
         return str(path).endswith(".npz") and storage.exists(path) and not storage.is_directory(path)

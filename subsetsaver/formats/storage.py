@@ -26,9 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from .gfile_files import GFILE
 from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
-from .remote_storage import backend_for, serves
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
@@ -50,11 +48,17 @@ def is_local(path) -> bool:
 
 
 def backend(path):
-    """The backend that serves ``path``."""
+    """The backend that serves ``path``; the remote ones load on first use (a local command never needs them)."""
     protocol = scheme(path)
     if protocol == "":
         return LOCAL
-    return backend_for(protocol) if serves(protocol) else GFILE
+    from . import remote_storage
+
+    if remote_storage.serves(protocol):
+        return remote_storage.backend_for(protocol)
+    from .gfile_files import GFILE
+
+    return GFILE
 
 
 def join(directory, name) -> str:

@@ -4,7 +4,8 @@ A selector is a small immutable value (``trainable() | scope('conv_1/bn')``) tha
 picks variable names from a catalog; it never touches TensorFlow. ``expressions``
 holds the selector types and constructors, ``parser`` reads their text (``parse(repr(sel))
 == sel``), ``patterns`` matches ``regex()`` and ``name()`` with RE2 (linear time: no pattern
-can hang the tool), and ``re2_syntax`` rewrites Python's regex syntax in RE2's.
+can hang the tool), ``re2_syntax`` rewrites Python's regex syntax in RE2's, and ``sizes``
+writes byte counts as people read them.
 
 This room imports ``catalog``, ``errors`` and ``tf_internals``. Other rooms use the names
 in ``__all__``.
@@ -16,27 +17,15 @@ Example::
     True
 """
 
-from .expressions import (
-    Nothing,
-    Selector,
-    averages,
-    bn_stats,
-    closest_names,
-    collection,
-    everything,
-    format_bytes,
-    global_step,
-    local,
-    name,
-    nothing,
-    regex,
-    scope,
-    slots,
-    trainable,
-    variable_name,
-    variables,
-)
-from .parser import as_selector, parse
+from ..lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".expressions", "Nothing", "Selector", "averages", "bn_stats", "closest_names", "collection", "everything",
+            "global_step", "local", "name", "nothing", "regex", "scope", "slots", "trainable", "variable_name",
+            "variables"),
+    **names(".parser", "as_selector", "parse"),
+    **names(".sizes", "format_bytes"),
+})
 
 __all__ = [
     "Nothing",

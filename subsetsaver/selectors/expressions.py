@@ -21,6 +21,7 @@ from .. import catalog as catalog_module
 from .. import tf_internals
 from ..errors import EmptySelectionError, Fix
 from .patterns import compile_regex, glob_matcher, glob_selector, regex_selector
+from .sizes import format_bytes
 
 # Binding strength, the same as Python's operators, so text and code mean the same.
 _UNION, _XOR, _AND, _SUB, _UNARY, _ATOM = range(1, 7)
@@ -530,16 +531,6 @@ def _matching(catalog, leaf, select) -> frozenset:
     if cached is not None:
         return cached(leaf, select)
     return frozenset(select(catalog.all_names))
-
-
-def format_bytes(count: int) -> str:
-    """Human size with binary units: ``format_bytes(13_100_491) == '12.5 MB'``."""
-    value = float(count)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def _asks_for_nothing(selector) -> bool:

@@ -18,9 +18,9 @@ writes are atomic and durable (:mod:`subsetsaver.formats.atomic`).
 
 Modules, each importing only those above it:
 
+- ``memory``: aligned buffers, recycled restore buffers and small bounded caches;
 - ``format``: constants, dtypes, :class:`ArrayEntry`, :class:`Manifest`, member names,
   ``.npy`` headers, the manifest's JSON schema;
-- ``memory``: aligned buffers, recycled restore buffers and small bounded caches;
 - ``zip_writer``: the streaming zip writer, blocks of small arrays included;
 - ``writer``: :func:`write`, :func:`prepare`, :func:`prepare_rows`;
 - ``sources``: the bytes of a file being read (local, or remote in memory);
@@ -38,24 +38,16 @@ Example::
 """
 
 from ...errors import UnsupportedDtypeError
+from ...lazy_exports import exports, names
 from ..storage import finish_background_work
-from .format import (
-    ALIGNMENT,
-    CHECKSUMS,
-    DEFAULT_CHECKSUM,
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST_MEMBER,
-    STORED_AS,
-    ArrayEntry,
-    Manifest,
-    entry_spec,
-    name_problem,
-    numpy_dtype,
-)
-from .memory import aligned_bytes, evict_oldest, free_idle_buffers, recycled_bytes
-from .reader import Archive, read, read_manifest, verify
-from .writer import PreparedArray, PreparedRows, prepare, prepare_rows, write
+from .memory import ALIGNMENT, aligned_bytes, evict_oldest, free_idle_buffers, recycled_bytes
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".format", "CHECKSUMS", "DEFAULT_CHECKSUM", "FORMAT", "FORMAT_VERSION", "MANIFEST_MEMBER", "STORED_AS",
+            "ArrayEntry", "Manifest", "entry_spec", "name_problem", "numpy_dtype"),
+    **names(".reader", "Archive", "read", "read_manifest", "verify"),
+    **names(".writer", "PreparedArray", "PreparedRows", "prepare", "prepare_rows", "write"),
+})
 
 __all__ = [
     "name_problem",

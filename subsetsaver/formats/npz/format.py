@@ -30,7 +30,6 @@ FORMAT_VERSION = 1
 MANIFEST_MEMBER = "__subsetsaver__.json"
 CHECKSUMS = {"crc32": 8, "sha256": 64}  # algorithm -> hex digits
 DEFAULT_CHECKSUM = "crc32"
-ALIGNMENT = 64
 MAX_MANIFEST_BYTES = 64 << 20
 HASH_IN_THREADS = 1 << 20  # arrays at least this big are hashed in worker threads (writing and reading)
 

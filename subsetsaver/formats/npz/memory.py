@@ -23,8 +23,7 @@ import functools
 import mmap
 import threading
 
-from .format import ALIGNMENT
-
+ALIGNMENT = 64  # bytes: every buffer handed out, and the data of every member of a .npz file
 _cache_lock = threading.Lock()
 _OWN_MAPPING_FROM = 2 << 20  # buffers this big get their own mapping, in small pages
 

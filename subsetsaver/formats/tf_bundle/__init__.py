@@ -27,10 +27,12 @@ Example::
     # (('dense/b', 'dense/w'), 'float32', (10,))
 """
 
+from ...lazy_exports import exports, names
 from . import dtypes
 from .index import FormatVersion, TensorSpec, data_path, index_path
 from .reader import BundleReader
-from .writer import BundleWriter, publish_staged, shard_count_for, write
+
+__getattr__, __dir__ = exports(__name__, names(".writer", "BundleWriter", "publish_staged", "shard_count_for", "write"))
 
 __all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "dtypes", "index_path", "publish_staged",
            "shard_count_for", "write"]
