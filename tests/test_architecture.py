@@ -345,7 +345,7 @@ def test_names_loaded_on_first_use_are_found_and_only_their_tables_load_them():
         for module, attribute in _lazy_exports(package_init):
             tables += 1
             path = package_init.parent / module.lstrip(".").replace(".", "/")
-            path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+            path = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
             if not path.exists() or (attribute is not None and not _defines(path, attribute)):
                 missing.append(f"{package_init.parent.name}: {module}.{attribute}")
     commands = _lazy_table(PACKAGE / "cli" / "__init__.py", "COMMANDS")

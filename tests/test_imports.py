@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("tensorflow", "ml_dtypes", "safetensors", "keras", "tf_keras", "matplotlib", "networkx", "graphviz")
@@ -47,33 +48,41 @@ def test_the_library_loads_a_room_when_one_of_its_names_is_first_used():
         "subsetsaver.audit", "subsetsaver.planning.planner", "subsetsaver.keras", "subsetsaver.training", True]
 
 
-INSPECT_CHILD = ("import json, sys\n"
+COMMAND_CHILD = ("import json, sys\n"
                  "from subsetsaver.cli import main\n"
                  "try:\n"
-                 "    main(['inspect', sys.argv[1]])\n"
+                 "    main(json.loads(sys.argv[1]))\n"
                  "except SystemExit as done:\n"
-                 "    assert done.code == 0, done.code\n"
+                 "    assert done.code in (0, 1), done.code\n"
                  "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('subsetsaver.', 'email')))))\n")
 GRAPH_SIDE = ("subsetsaver.audit", "subsetsaver.catalog.dataflow", "subsetsaver.catalog.dataflow_roles",
               "subsetsaver.catalog.op_graph", "subsetsaver.catalog.training_state", "subsetsaver.catalog.sources",
               "subsetsaver.catalog.meta_source", "subsetsaver.catalog.keras_source", "subsetsaver.formats.meta_graph",
-              "subsetsaver.selectors.expressions", "subsetsaver.selectors.parser", "subsetsaver.tf_internals")
+              "subsetsaver.planning.planner")
 WRITING_OR_REMOTE = ("subsetsaver.formats.remote_storage", "subsetsaver.formats.gfile_files",
                      "subsetsaver.formats.tf_bundle.writer", "subsetsaver.formats.npz.reader",
-                     "subsetsaver.formats.npz.writer", "subsetsaver.formats.npz.format",
+                     "subsetsaver.formats.npz.writer", "subsetsaver.formats.npz.format")
+SELECTOR_LANGUAGE = ("subsetsaver.selectors.expressions", "subsetsaver.selectors.parser", "subsetsaver.tf_internals",
                      "subsetsaver.formats.checkpoint_writer")
 
 
-def test_inspect_of_a_local_checkpoint_loads_only_the_modules_that_read_it(tmp_path):
-    """Every module a process loads is compiled from source where no bytecode is kept: ``inspect`` loads
-    no graph-side module (audit, dataflow, MetaGraph, selectors' language), no writer, no remote storage,
-    and not the standard library's e-mail package (``importlib.metadata`` brings it)."""
+@pytest.mark.parametrize("command,never", [
+    ("inspect", GRAPH_SIDE + WRITING_OR_REMOTE + SELECTOR_LANGUAGE),
+    ("diff", GRAPH_SIDE + WRITING_OR_REMOTE),
+])
+def test_a_file_command_loads_only_the_modules_that_read_its_files(tmp_path, command, never):
+    """Every module a process loads is compiled from source where no bytecode is kept: ``inspect`` and ``diff``
+    of local checkpoints load no graph-side module (audit, dataflow, MetaGraph, planner), no writer, no remote
+    storage, and not the standard library's e-mail package (``importlib.metadata`` brings it); ``inspect``
+    not the selector language either."""
     from subsetsaver.formats import tf_bundle
 
-    prefix = tf_bundle.write(tmp_path / "model", {"dense/w": np.ones((2, 3), np.float32)})
-    done = subprocess.run([sys.executable, "-c", INSPECT_CHILD, prefix], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    a = tf_bundle.write(tmp_path / "a", {"dense/w": np.ones((2, 3), np.float32)})
+    b = tf_bundle.write(tmp_path / "b", {"dense/w": np.zeros((2, 3), np.float32)})
+    argv = ["inspect", a] if command == "inspect" else ["diff", a, b]
+    done = subprocess.run([sys.executable, "-c", COMMAND_CHILD, json.dumps(argv)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.splitlines()[-1])
     assert "dense/w" in done.stdout and "subsetsaver.formats.tf_bundle.reader" in loaded
-    assert [name for name in loaded if name in GRAPH_SIDE + WRITING_OR_REMOTE or name.startswith("email")] == []
+    assert [name for name in loaded if name in never or name.startswith("email")] == []

@@ -76,8 +76,8 @@ class FakeCatalog:
 
 @pytest.fixture
 def catalog(monkeypatch):
-    """A fake catalog; the selectors' ``catalog.load`` returns it unchanged."""
-    fake_module = types.SimpleNamespace(load=lambda source: source)
+    """A fake catalog; the selectors take it as a catalog (``catalog.load`` returns it unchanged too)."""
+    fake_module = types.SimpleNamespace(load=lambda source: source, Catalog=FakeCatalog)
     monkeypatch.setattr(selectors, "catalog_module", fake_module)
     return FakeCatalog()
 

@@ -19,9 +19,13 @@ Example::
     # 3000
 """
 
-from .convert import ObjectConvertReport, convert_checkpoint, import_builder
-from .load import MATCHES, CheckpointLoadReport, load_checkpoint
-from .npz import restore_npz, save_npz
+from ..lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".convert", "ObjectConvertReport", "convert_checkpoint", "import_builder"),
+    **names(".load", "MATCHES", "CheckpointLoadReport", "load_checkpoint"),
+    **names(".npz", "restore_npz", "save_npz"),
+})
 
 __all__ = [
     "MATCHES",

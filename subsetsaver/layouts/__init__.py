@@ -15,10 +15,14 @@ Example::
     # ('bert-hf/model.safetensors', 'bert-hf/config.json')
 """
 
-from .convert import LayoutReport, convert
-from .engine import ConversionPlan, plan_conversion
-from .maps import LayoutMap, load_map, parse_map, shipped_maps
-from .output import TensorStream, write_safetensors, write_tf_checkpoint
+from ..lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".convert", "LayoutReport", "convert"),
+    **names(".engine", "ConversionPlan", "plan_conversion"),
+    **names(".maps", "LayoutMap", "load_map", "parse_map", "shipped_maps"),
+    **names(".output", "TensorStream", "write_safetensors", "write_tf_checkpoint"),
+})
 
 __all__ = ["ConversionPlan", "LayoutMap", "LayoutReport", "TensorStream", "convert", "load_map", "parse_map",
            "plan_conversion", "shipped_maps", "write_safetensors", "write_tf_checkpoint"]

@@ -22,24 +22,29 @@ Example::
     print(p.summary())
 """
 
-from .arguments import ON_MISMATCH
-from .averages import DEFAULT_EMA_NAME, AverageRestorer, AverageRestoreReport, average_restore_map, shadow_names
-from .backends import BACKENDS, Backend, backend_class
-from .background import PendingSave, SnapshotSession, queues_for, snapshot
-from .npz_backend import STATE_FILENAME, STATE_FORMAT, NpzBackend
-from .npz_layout import check_storable, compare_with_manifest, joined, layout_of
-from .npz_ops import ops_for as npz_ops_for
-from .npz_ops import save_fetches_for
-from .planner import Plan, plan
-from .preview import PlanPreview, plan_preview
-from .remap import checkpoint_names, renamed_names, suggest_remap
-from .reports import CheckReport, Problem, RestoreReport, compare_contents, describe_all
-from .row_rules import RowRules, split_remap
-from .row_stream import map_rows, map_rows_by_part, parse_rows_option, resolve_rows, split_by_rows
-from .rows import INITS, RowCounts, RowMap, apply_rows
-from .scaffold import initialize_if_uninitialized, scaffold
-from .sizes import SavedTensor, data_bytes, index_bytes, smaller_text
-from .tf_backend import TfBackend
+from ..lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".arguments", "ON_MISMATCH"),
+    **names(".averages", "DEFAULT_EMA_NAME", "AverageRestorer", "AverageRestoreReport", "average_restore_map",
+            "shadow_names"),
+    **names(".backends", "BACKENDS", "Backend", "backend_class"),
+    **names(".background", "PendingSave", "SnapshotSession", "queues_for", "snapshot"),
+    **names(".npz_backend", "STATE_FILENAME", "STATE_FORMAT", "NpzBackend"),
+    **names(".npz_layout", "check_storable", "compare_with_manifest", "joined", "layout_of"),
+    **names(".npz_ops", "save_fetches_for"),
+    **names(".planner", "Plan", "plan"),
+    **names(".preview", "PlanPreview", "plan_preview"),
+    **names(".remap", "checkpoint_names", "renamed_names", "suggest_remap"),
+    **names(".reports", "CheckReport", "Problem", "RestoreReport", "compare_contents", "describe_all"),
+    **names(".row_rules", "RowRules", "split_remap"),
+    **names(".row_stream", "map_rows", "map_rows_by_part", "parse_rows_option", "resolve_rows", "split_by_rows"),
+    **names(".rows", "INITS", "RowCounts", "RowMap", "apply_rows"),
+    **names(".scaffold", "initialize_if_uninitialized", "scaffold"),
+    **names(".sizes", "SavedTensor", "data_bytes", "index_bytes", "smaller_text"),
+    **names(".tf_backend", "TfBackend"),
+    "npz_ops_for": (".npz_ops", "ops_for"),
+})
 
 __all__ = [
     "BACKENDS",

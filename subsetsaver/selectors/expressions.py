@@ -73,7 +73,7 @@ class Selector:
         trainable().names(graph)
         # ['conv_1/w', 'conv_1/b', ...]
         """
-        catalog = catalog_module.load(source)
+        catalog = source if isinstance(source, catalog_module.Catalog) else catalog_module.load(source)
         chosen = catalog.in_order(self.evaluate(catalog))
         if not chosen and not allow_empty and not _asks_for_nothing(self):
             raise EmptySelectionError(_empty_message(self, catalog), fixes=[ALLOW_EMPTY])

@@ -17,6 +17,9 @@ Example::
     # 3.0
 """
 
-from . import average, convert, diff, rewrite, slim
+from ..lazy_exports import exports
+
+__getattr__, __dir__ = exports(__name__, {module: (f".{module}", None) for module in ("average", "convert", "diff",
+                                                                                       "rewrite", "slim")})
 
 __all__ = ["average", "convert", "diff", "rewrite", "slim"]
