@@ -5,7 +5,8 @@ A package lists each name with the module it comes from; :func:`exports` gives t
 ``__getattr__`` and ``__dir__``. A name may be a module's own name too (``catalog.dataflow``
 is the function ``dataflow`` of the module ``catalog/dataflow.py``): importing that module
 later leaves the package's name on the function, as an eager ``from .dataflow import dataflow``
-in the package would.
+in the package would. So ``from . import dataflow`` gives the function: a module that wants such a
+module imports its names (``from .dataflow import Dataflow``).
 
 Example::
 

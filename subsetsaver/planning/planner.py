@@ -42,7 +42,6 @@ from ..errors import (
 )
 from ..formats import subset_manifest
 from ..selectors import format_bytes
-from . import scaffold as scaffold_module
 from . import sizes as sizes_module
 from .arguments import audited_names, checked_selector
 from .averages import AverageRestorer
@@ -51,6 +50,7 @@ from .background import BackgroundSaves
 from .remap import checkpoint_names, nearest_names, suggest_remap
 from .reports import CheckReport, Problem, RestoreReport, compare_contents
 from .row_rules import RowRules, split_remap
+from .scaffold import scaffold as training_scaffold
 from .tf_backend import TfBackend
 
 # errno -> how TensorFlow's errors spell it (its OpErrors carry no errno)
@@ -460,7 +460,7 @@ class Plan:
                 checkpoint_dir='run/', scaffold=p.scaffold()) as sess:
             sess.run(train_op)
         """
-        return scaffold_module.scaffold(self, warm_start, resume_from=resume_from, **scaffold_kwargs)
+        return training_scaffold(self, warm_start, resume_from=resume_from, **scaffold_kwargs)
 
     def summary(self) -> str:
         """A human table: what is saved, what is initialized, per scope, and the size comparison."""
