@@ -200,7 +200,10 @@ def zygote_main(preload):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     for module in preload:
         importlib.import_module(module)
-    import subsetsaver.cli  # noqa: F401  (imported once, before any fork)
+    import subsetsaver.cli  # imported once, before any fork, with every command's modules
+
+    for module, _ in subsetsaver.cli.COMMANDS.values():
+        importlib.import_module(f"subsetsaver.cli.{module}")
 
     os.write(1, b"zygote ready\n")
     for line in sys.stdin:
