@@ -11,7 +11,6 @@ bits streamed as read whole, and those of its rule computed by plain numpy.
 
 import math
 import shutil
-import threading
 
 import google_crc32c
 import ml_dtypes
@@ -97,39 +96,6 @@ def test_a_damaged_byte_of_a_big_tensor_is_caught_by_read_and_by_pieces(tmp_path
                 taken.append(piece.size)
         assert sum(taken) == BIG  # every piece handed over, then the refusal
         assert sum(piece.size for piece in reader.pieces("small/b", buffers)) == 10
-
-
-@pytest.mark.parametrize("count", [1, 2, 3])
-def test_pieces_read_ahead_keep_each_piece_until_as_many_more_are_taken_as_the_buffers_allow(tmp_path, count):
-    """The next piece is read into the buffer the caller gave back, never into one it may still hold."""
-    values = big_values()
-    expected = values["big/w"].view(np.uint8)
-    prefix = tf_bundle.write(tmp_path / "model", values)
-    buffers = [np.empty(PIECE_BYTES, dtype=np.uint8) for _ in range(count)]
-    with tf_bundle.BundleReader(prefix) as reader:
-        held = []
-        for number, piece in enumerate(reader.pieces("big/w", buffers)):
-            checksums.background().submit(lambda: None).result()  # what was read ahead is in its buffer now
-            held = (held + [(number, piece.view(np.uint8))])[-max(1, count - 1):]  # what the caller may still use
-            for at, kept in held:
-                assert np.array_equal(kept, expected[at * PIECE_BYTES:at * PIECE_BYTES + kept.size]), (number, at)
-        assert number == 3
-
-
-def test_pieces_left_early_read_nothing_more_into_the_buffers(tmp_path):
-    prefix = tf_bundle.write(tmp_path / "model", big_values())
-    buffers = [np.full(PIECE_BYTES, 0xAB, dtype=np.uint8) for _ in range(2)]
-    release = threading.Event()
-    with tf_bundle.BundleReader(prefix) as reader:
-        checksums.background().submit(release.wait, 60)  # the next piece's read waits behind this
-        try:
-            pieces = reader.pieces("big/w", buffers)
-            next(pieces)
-            pieces.close()  # the caller leaves: the read ahead must not land in a buffer it now owns again
-        finally:
-            release.set()
-        checksums.background().submit(lambda: None).result()
-    assert np.all(buffers[1] == 0xAB)
 
 
 @pytest.mark.parametrize("at", [3, 2 * PIECE_BYTES + 1])

@@ -47,7 +47,7 @@ DIFFERENT = frozenset({"changed", "only_a", "only_b", "shape", "dtype"})
 _CHUNK = 1 << 16  # elements measured at a time: their float64 copies stay in the processor's cache
 _PIECE_BYTES = 1 << 20  # bytes read and compared at a time: a piece of each side stays in the processor's cache
 _DOT = 8192  # elements a dot product takes: OpenBLAS computes up to 10,000 on the calling thread
-_BUFFERS = 2  # per side: one compared, one read and checksummed meanwhile
+_BUFFERS = 3  # per side: one compared, one checksummed, one read
 _SESSION_GROUP_BYTES = 64 << 20  # variables fetched by one session.run
 
 

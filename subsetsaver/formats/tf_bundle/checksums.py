@@ -75,7 +75,7 @@ class RunningCrc:
         self._last = None
 
     def feed(self, piece) -> concurrent.futures.Future:
-        self._last = background().submit(self._extend, piece)
+        self._last = _background().submit(self._extend, piece)
         return self._last
 
     def value(self) -> int:
@@ -84,19 +84,11 @@ class RunningCrc:
             self._last.result()
         return self._crc
 
-    def extend(self, piece):
-        """Checksum ``piece`` on the calling thread, once every piece fed before it is checksummed."""
-        if self._last is not None:
-            self._last.result()
-        self._extend(piece)
-
     def _extend(self, piece):
         self._crc = crc32c(piece, self._crc)
 
 
-def background():
-    """The one thread that checksums what :meth:`RunningCrc.feed` is given (and reads the next piece of a
-    streamed tensor ahead, :meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`)."""
+def _background():
     with _lock:
         if not _worker:
             _worker.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-crc32c"))

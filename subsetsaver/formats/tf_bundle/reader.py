@@ -36,7 +36,7 @@ from ...errors import CheckpointMismatchError, CheckpointNotFoundError, Unsuppor
 from .. import storage
 from ..npz.memory import recycled_bytes
 from . import dtypes as dtype_table
-from .checksums import RunningCrc, background, crc32c, unmasked
+from .checksums import RunningCrc, crc32c, unmasked
 from .index import check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table
@@ -264,37 +264,28 @@ class BundleReader:
     def pieces(self, name, buffers):
         """Yield the elements of tensor ``name`` (see :meth:`streamable`) in order, flat, in pieces, each
         read into the next of ``buffers`` (uint8 arrays of one size, a multiple of 16, used in turn: a piece stays as
-        read until ``len(buffers) - 1`` more are taken). With two buffers or more, the next piece is read and
-        checksummed on a background thread while the caller looks at this one. Once the last piece is taken,
-        CorruptCheckpointError unless the checksum is right: nothing learnt from the pieces may be used before then.
+        read until ``len(buffers) - 1`` more are taken) and checksummed on a background thread while the
+        caller looks at it. Once the last piece is taken, CorruptCheckpointError unless the checksum is right:
+        nothing learnt from the pieces may be used before then.
 
         total = sum(p.sum() for p in reader.pieces('dense/w', [np.empty(PIECE_BYTES, np.uint8) for _ in range(2)]))
         """
         stored = self._index.tensors[self._known(name)].stored
         data_file, running = self._data_file(stored), RunningCrc()
         dtype = dtype_table.numpy_dtype(stored.data_type)
-        starts = range(0, stored.size, len(buffers[0]))
+        pending = [None] * len(buffers)
+        step = len(buffers[0])
         data_file.will_need(stored.offset, stored.size)
-
-        def filled(number):  # pieces are filled one after another, so the checksum runs over them in order
-            piece = buffers[number % len(buffers)][:min(len(buffers[0]), stored.size - starts[number])]
-            data_file.read_into(stored.offset + starts[number], piece)
-            running.extend(piece)
-            return piece
-
-        ahead = None
-        try:
-            for number in range(len(starts)):
-                piece = filled(number) if ahead is None else ahead.result()
-                ahead = None
-                if number + 1 < len(starts) and len(buffers) > 1:  # into the buffer the caller just gave back
-                    ahead = background().submit(filled, number + 1)
-                if stored.data_type.name == "bool" and piece.max() > 1:
-                    raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
-                yield piece.view(dtype)
-        finally:
-            if ahead is not None:  # the caller stopped early: the buffer is its own again once the read is done
-                ahead.cancel() or ahead.exception()
+        for number, start in enumerate(range(0, stored.size, step)):
+            slot = number % len(buffers)
+            if pending[slot] is not None:
+                pending[slot].result()  # its last piece is checksummed: the buffer may be filled again
+            piece = buffers[slot][:min(step, stored.size - start)]
+            data_file.read_into(stored.offset + start, piece)
+            pending[slot] = running.feed(piece)
+            if stored.data_type.name == "bool" and piece.max() > 1:
+                raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
+            yield piece.view(dtype)
         self._check_sum(stored, running.value())
 
     # -----------------------------------------------------------------------------
