@@ -25,4 +25,19 @@ def run_cli(capsys):
     return run
 
 
+@pytest.fixture
+def direct_transfers(tmp_path):
+    """Skip, saying why, where the file system under ``tmp_path`` refuses O_DIRECT (tmpfs before Linux 6.6,
+    some FUSE): every transfer there goes through the page cache, which tests/test_storage.py checks."""
+    from subsetsaver.formats import direct_io
+
+    probe = os.path.join(tmp_path, ".direct-probe")
+    descriptor = direct_io._open_direct(probe, os.O_WRONLY | os.O_CREAT)
+    if descriptor is None:
+        pytest.skip(f"the file system under {tmp_path} refuses O_DIRECT: every transfer there goes through the "
+                    "page cache, as tests/test_storage.py checks")
+    os.close(descriptor)
+    os.remove(probe)
+
+
 from object_servers import object_store, server_store  # noqa: E402,F401 - gs:// and s3:// servers for tests

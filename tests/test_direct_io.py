@@ -21,27 +21,10 @@ import pytest
 from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats import direct_io, local_files, storage, tf_bundle
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="O_DIRECT is Linux's; elsewhere every transfer goes through the page cache")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="O_DIRECT is Linux's; elsewhere every transfer goes through the page cache"),
+              pytest.mark.usefixtures("direct_transfers")]  # skipped where the file system refuses O_DIRECT
 LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def refuses_direct(directory) -> bool:
-    """Whether the file system under ``directory`` refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE)."""
-    descriptor = direct_io._open_direct(os.path.join(directory, ".direct-probe"), os.O_WRONLY | os.O_CREAT)
-    if descriptor is None:
-        return True
-    os.close(descriptor)
-    os.remove(os.path.join(directory, ".direct-probe"))
-    return False
-
-
-@pytest.fixture(autouse=True)
-def direct_transfers(tmp_path):
-    if refuses_direct(tmp_path):
-        pytest.skip(f"the file system under {tmp_path} refuses O_DIRECT: every transfer there goes through the "
-                    "page cache, as tests/test_storage.py checks")
-
 BLOCK, STAGE, BOUNCE = direct_io.BLOCK, direct_io.STAGE_BYTES, direct_io.BOUNCE_BYTES
 SIZES = [0, 1, BLOCK - 1, BLOCK + 1, STAGE - 1, STAGE, STAGE + 1, 2 * STAGE + 3 * BLOCK + 5]
 

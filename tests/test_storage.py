@@ -78,14 +78,10 @@ def test_a_missing_directory_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("past_the_page_cache", [True, False])
-def test_local_writes_are_synced_file_then_directory(tmp_path, monkeypatch, past_the_page_cache):
+def test_local_writes_are_synced_file_then_directory(tmp_path, monkeypatch, request, past_the_page_cache):
     calls = []
     if past_the_page_cache:
-        probe = direct_io._open_direct(str(tmp_path / "probe"), os.O_WRONLY | os.O_CREAT)
-        if probe is None:
-            pytest.skip(f"the file system under {tmp_path} refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE)")
-        os.close(probe)
-        os.remove(tmp_path / "probe")
+        request.getfixturevalue("direct_transfers")  # skipped where O_DIRECT is refused
     else:  # O_DIRECT refused: through the page cache, fdatasynced on the way
         monkeypatch.setattr(direct_io, "_open_direct", lambda path, flags: None)
     monkeypatch.setattr(local_files, "_WRITEBACK_EVERY", 8)
