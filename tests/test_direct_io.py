@@ -14,6 +14,7 @@ import fcntl
 import mmap
 import os
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -147,6 +148,25 @@ def test_a_checkpoints_read_back_comes_from_the_disk(tmp_path, monkeypatch):
     assert len(opened) == 1 and os.path.dirname(opened[0]) == str(tmp_path / "out") and ".data-" in opened[0]
 
 
+def test_the_spans_of_a_large_read_back_are_read_at_once(tmp_path, monkeypatch):
+    spans = direct_io.READS_IN_FLIGHT
+    data = random_bytes(spans * direct_io.SPAN_BYTES)
+    write(tmp_path / "file.bin", data, [len(data)])
+    together = threading.Barrier(spans, timeout=20)  # broken unless every span is asked at once
+    real_preadv = os.preadv
+
+    def preadv(descriptor, buffers, offset):
+        if fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_DIRECT:
+            together.wait()
+        return real_preadv(descriptor, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with direct_io.reading_back(), local_files.LocalReader(tmp_path / "file.bin") as reader:
+        read = reader.read_into(0, np.zeros(len(data), dtype=np.uint8))
+    assert read.tobytes() == data
+    assert not together.broken
+
+
 def test_a_read_past_the_end_is_the_ended_early_error(tmp_path):
     path = tmp_path / "file.bin"
     write(path, random_bytes(STAGE + 5), [STAGE + 5])
@@ -162,7 +182,8 @@ def test_buffers_are_reused_and_those_kept_are_bounded(tmp_path, monkeypatch):
         write(tmp_path / f"file{index}.bin", data, [len(data)])
         with direct_io.reading_back(), local_files.LocalReader(tmp_path / f"file{index}.bin") as reader:
             reader.read_into(1, np.zeros(STAGE, dtype=np.uint8))
-    assert {size: len(idle) for size, idle in direct_io._idle.items()} == {STAGE: 2, BOUNCE: 1}  # reused
+    assert len(direct_io._idle[STAGE]) == 2  # reused: the two stages of each write
+    assert 1 <= len(direct_io._idle[BOUNCE]) <= 2  # a read of two spans holds one or two at once, reused
     held = [direct_io._buffer(STAGE) for _ in range(6)]
     for buffer in held:
         direct_io._let_go(buffer)

@@ -10,8 +10,10 @@ at 1.4 GB/s written with ``O_DIRECT`` and gave them back at 1.0-1.7 GB/s. So:
   partial block goes through the ordinary descriptor, and the caller's fsync makes it all durable.
 - :class:`DirectReads` reads large ranges of a file that this process wrote so with ``O_DIRECT``
   through aligned buffers, while the writer reads it back (:func:`reading_back`): the page cache
-  does not hold it, and the checkpoint is verified from the disk itself, not from memory. Every
-  other read goes through the page cache, which may well hold the file by then.
+  does not hold it, and the checkpoint is verified from the disk itself, not from memory. A range
+  is read in spans of 2 MiB, up to four at once: the virtual disk here read a freshly written
+  checkpoint back about 10% faster so (slim's read-back of 0.67 GB: 1.79 s against 1.65 s whole,
+  alternating). Every other read goes through the page cache, which may well hold the file by then.
 
 Where the system or the file system refuses ``O_DIRECT`` (some FUSE mounts, macOS), both step
 aside and everything goes through the page cache as before.
@@ -36,10 +38,12 @@ import threading
 
 BLOCK = 4096  # offsets, lengths and memory of O_DIRECT transfers are multiples of this
 STAGE_BYTES = 4 << 20  # bytes written past the page cache at a time (two stages a file being written)
-BOUNCE_BYTES = (2 << 20) + BLOCK  # bytes read past the page cache at a time: 2 MiB at any offset
+SPAN_BYTES = 2 << 20  # bytes of a large read past the page cache that one request reads
+BOUNCE_BYTES = SPAN_BYTES + BLOCK  # what one request reads into: a span at any offset
+READS_IN_FLIGHT = 4  # requests past the page cache at once, shared by every reader
 DIRECT_FROM = 1 << 20  # reads smaller than this always go through the page cache
 _REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP))
-_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: 4}  # buffers let go of and kept, their pages already touched
+_IDLE_KEPT = {STAGE_BYTES: 4, BOUNCE_BYTES: READS_IN_FLIGHT}  # buffers let go of and kept, their pages already touched
 
 
 def _open_direct(path, flags):
@@ -87,6 +91,18 @@ def _writing_thread():
         if not _writer:
             _writer.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-direct"))
         return _writer[0]
+
+
+_readers = []
+
+
+def _reading_threads():
+    """The threads that read spans past the page cache while the caller waits for them."""
+    with _writer_lock:
+        if not _readers:
+            _readers.append(concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT,
+                                                                  thread_name_prefix="subsetsaver-direct-read"))
+        return _readers[0]
 
 
 def _write_all(direct, buffered, data, offset):
@@ -213,7 +229,8 @@ def read_past_the_cache(descriptor) -> bool:
 
 
 class DirectReads:
-    """Large reads of the local file at ``path`` straight from the disk, through aligned buffers."""
+    """Large reads of the local file at ``path`` straight from the disk, through aligned buffers, several
+    in flight: a virtual disk serves a queue of requests faster than one after another."""
 
     def __init__(self, path):
         self.path = path
@@ -229,31 +246,37 @@ class DirectReads:
                 self._direct = _open_direct(self.path, os.O_RDONLY)
                 if self._direct is None:
                     return 0
+        spans = [(start, min(SPAN_BYTES, len(view) - start)) for start in range(0, len(view), SPAN_BYTES)]
+        if len(spans) == 1:
+            return self._read_span(view, offset, *spans[0])
+        futures = [_reading_threads().submit(self._read_span, view, offset, start, count) for start, count in spans]
+        concurrent.futures.wait(futures)  # every span done before view is handed back, after an error too
+        done = 0
+        for (start, _count), future in zip(spans, futures):
+            got = future.result()
+            if done == start:
+                done += got
+        return done
+
+    def _read_span(self, view, offset, start, count) -> int:
+        """Fill ``view[start:start + count]`` from the file at ``offset + start`` through a bounce buffer;
+        the bytes filled (fewer at the end of the file; 0 where the transfer is refused)."""
+        at = offset + start
+        skip = at % BLOCK
+        length = -(-(skip + count) // BLOCK) * BLOCK
         bounce = _buffer(BOUNCE_BYTES)
         try:
-            return self._read_through(bounce, view, offset)
-        finally:
-            _let_go(bounce)
-
-    def _read_through(self, bounce, view, offset) -> int:
-        done = 0
-        while done < len(view):
-            at = offset + done
-            start = at - at % BLOCK
-            skip = at - start
-            count = min(len(bounce), -(-(skip + len(view) - done) // BLOCK) * BLOCK)
             try:
-                got = os.preadv(self._direct, [bounce[:count]], start)
+                got = os.preadv(self._direct, [bounce[:length]], at - skip)
             except OSError as error:
                 if error.errno not in _REFUSED:
                     raise
-                break
-            take = min(max(got - skip, 0), len(view) - done)
-            view[done:done + take] = bounce[skip:skip + take]
-            done += take
-            if got < count:  # the end of the file
-                break
-        return done
+                return 0
+            take = min(max(got - skip, 0), count)
+            view[start:start + take] = bounce[skip:skip + take]
+            return take
+        finally:
+            _let_go(bounce)
 
     def close(self):
         if self._direct is not None:
