@@ -388,6 +388,36 @@ def test_zip64_records_are_written_when_forced(tmp_path):
         assert same_bits(opened["w"], np.arange(3.0))
 
 
+@pytest.mark.parametrize("zip64", [False, True])
+def test_a_large_streamed_array_is_checksummed_as_written_and_its_crc_follows_it(tmp_path, zip64):
+    big = RNG.standard_normal((5, 2**17 + 3)).astype(np.float32)  # 2.5 MiB: CRC-32 taken in 1 MiB parts
+    small = np.arange(5, dtype=np.int64)
+    path = str(tmp_path / "streamed.npz")
+    npzfile.write(path, iter([("big", big), ("small", small)]), _force_zip64=zip64)  # a stream, not a mapping
+    header = writer.npy_header(writer.STORED_AS["float32"], big.shape)
+    crc = zlib.crc32(big.tobytes(), zlib.crc32(header))
+    data = open(path, "rb").read()
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None  # the central directory holds each member's true CRC-32
+        big_info, small_info = archive.getinfo("big.npy"), archive.getinfo("small.npy")
+    assert (big_info.flag_bits, big_info.CRC, small_info.flag_bits) == (0x08, crc, 0)
+    flags, local_crc = struct.unpack_from("<HxxxxxxI", data, big_info.header_offset + 6)
+    assert (flags, local_crc) == (0x08, 0)  # the local header: CRC follows the data
+    name_length, extra_length = struct.unpack_from("<HH", data, big_info.header_offset + 26)
+    end = big_info.header_offset + 30 + name_length + extra_length + big_info.file_size
+    size = big_info.file_size
+    descriptor = struct.pack("<IIQQ", 0x08074B50, crc, size, size) if zip64 else struct.pack(
+        "<IIII", 0x08074B50, crc, size, size)
+    assert data[end:end + len(descriptor)] == descriptor
+    small_crc = struct.unpack_from("<I", data, small_info.header_offset + 14)[0]
+    assert small_crc == small_info.CRC  # a small array's CRC-32, known first, is in its local header
+    manifest, arrays = npzfile.read(path)
+    assert manifest.entry("big").checksum == f"{crc:08x}"
+    assert same_bits(arrays["big"], big) and same_bits(arrays["small"], small)
+    with np.load(path, allow_pickle=False) as opened:
+        assert same_bits(opened["big"], big) and same_bits(opened["small"], small)
+
+
 def test_a_file_changed_after_a_validated_read_is_validated_again(good):
     npzfile.read(good)  # validated once; later opens of the unchanged file reuse that
     data = bytearray(open(good, "rb").read())

@@ -56,8 +56,8 @@ class PreparedArray:
     data: object        # C-contiguous, little-endian, viewed as its stored dtype
     true_dtype: str
     header: bytes
-    crc: int            # CRC-32 of the member: header and data
-    checksum: str       # the manifest's hex checksum (the CRC, or the data's SHA-256)
+    crc: int | None     # CRC-32 of the member: header and data (None: taken while it is written)
+    checksum: str | None  # the manifest's hex checksum (the CRC, or the data's SHA-256; None with crc None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +95,9 @@ def prepare_rows(names, rows) -> PreparedRows:
 _checked_names = {}  # tuples of names prepare_rows has checked
 
 
-def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
+def prepare(name, value, checksum=DEFAULT_CHECKSUM, *, hashed=True) -> PreparedArray:
     """Check ``name`` and ``value`` and hash it: the :class:`PreparedArray` :func:`write` takes.
+    ``hashed=False`` leaves the CRC-32 to be taken while it is written (``checksum='crc32'`` only).
 
     prepare('dense/w', np.ones(3, np.float32)).checksum
     # '4a3f9a8e'
@@ -104,7 +105,7 @@ def prepare(name, value, checksum=DEFAULT_CHECKSUM) -> PreparedArray:
     _check_name(name)
     data, true_dtype = _storable(name, value)
     header = npy_header(STORED_AS[true_dtype], data.shape)
-    crc, digest = _digest(header, data, checksum)
+    crc, digest = _digest(header, data, checksum) if hashed or checksum != "crc32" else (None, None)
     return PreparedArray(name, data, true_dtype, header, crc, digest)
 
 
@@ -154,10 +155,10 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
                     raise ValueError(f"array {item.name!r} is written twice; names must be unique")
                 names.add(item.name)
                 member = member_name(item.name, index, used)
-                zip_writer.add(member, (item.header, item.data), len(item.header) + item.data.nbytes, item.crc)
+                crc = zip_writer.add(member, (item.header, item.data), len(item.header) + item.data.nbytes, item.crc)
                 entry = ArrayEntry(item.name, member, tuple(int(d) for d in item.data.shape), item.true_dtype,
                                    STORED_AS[item.true_dtype], int(item.data.nbytes),
-                                   item.checksum if checksum == "sha256" else f"{item.crc:08x}",
+                                   item.checksum if checksum == "sha256" else f"{crc:08x}",
                                    array_info.get(item.name) or {})
                 entries.append(entry)
                 fragments.append(_entry_json(entry))
@@ -295,8 +296,8 @@ def _prepared(arrays, checksum, pool, array_info):
             if checksum == "sha256" and len(item.checksum) != 64:
                 raise ValueError(f"array {item.name!r} was prepared with crc32; prepare it with checksum='sha256'")
             yield item
-        else:
-            yield prepare(*item, checksum)
+        else:  # a large streamed array is checksummed while it is written (zip_writer's data descriptor)
+            yield prepare(*item, checksum, hashed=getattr(item[1], "nbytes", 0) < HASH_IN_THREADS)
         del item  # before the next is fetched
 
 

@@ -1,12 +1,18 @@
 """A minimal streaming zip writer: stored members, 64-byte aligned data, zip64 when needed.
 
-CRCs are known before a member is written, so it never seeks back: it works on streams
-that cannot seek (``tf.io.gfile`` writers). Small writes are joined into one per
-megabyte. Thousands of equal-shaped small arrays (a save's stack of small variables)
-go in as one block (:meth:`ZipWriter.add_rows`): every member of the block has a local
-header of one length and the block a fixed stride, so its bytes are a template filled
-by two numpy assignments, and only the CRCs are computed per member. The template is
-built once per layout and reused by every later save of the same variables.
+It never seeks back, so it works on streams that cannot seek (``tf.io.gfile`` writers). A
+member whose CRC is known before it is written carries it in its local header; one whose CRC
+is not (a large array streamed from a checkpoint) is checksummed as its bytes are written, a
+megabyte at a time, and its CRC follows its data in a data descriptor (general purpose flag
+bit 3, which ``zipfile`` and so ``np.load`` read): the disk then takes each megabyte while the
+next is checksummed, instead of waiting for a pass over the whole array first.
+
+Small writes are joined into one per megabyte. Thousands of equal-shaped small arrays (a
+save's stack of small variables) go in as one block (:meth:`ZipWriter.add_rows`): every
+member of the block has a local header of one length and the block a fixed stride, so its
+bytes are a template filled by two numpy assignments, and only the CRCs are computed per
+member. The template is built once per layout and reused by every later save of the same
+variables.
 
 Example::
 
@@ -30,6 +36,8 @@ _DOS_DATE = (0 << 9) | (1 << 5) | 1              # 1980-01-01: reproducible byte
 _PADDING_ID = 0xD935                             # the extra-field id zipalign uses for padding
 _PADDING_FIELD = 4                               # its id and length
 _BIG = 0xFFFFFFFF
+_CRC_FOLLOWS = 0x08                              # general purpose flag bit 3: the CRC is in a data descriptor
+_CHECKSUMMED_AT_A_TIME = 1 << 20                 # bytes of a member checksummed, then written, in turn
 
 
 def bytes_of(array):
@@ -37,14 +45,14 @@ def bytes_of(array):
     return memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
 
 
-def central_record(encoded, crc, size, offset, force_zip64=False) -> bytes:
+def central_record(encoded, crc, size, offset, force_zip64=False, flags=0) -> bytes:
     """The central directory record of one member (with a zip64 field when its size or offset needs one)."""
     big_size = force_zip64 or size >= _BIG
     big_offset = force_zip64 or offset >= _BIG
     fields = ([size, size] if big_size else []) + ([offset] if big_offset else [])
     extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
     return _CENTRAL.pack(
-        0x02014B50, (3 << 8) | 45, 45 if fields else 20, 0, 0, 0, _DOS_DATE, crc, _BIG if big_size else size,
+        0x02014B50, (3 << 8) | 45, 45 if fields else 20, flags, 0, 0, _DOS_DATE, crc, _BIG if big_size else size,
         _BIG if big_size else size, len(encoded), len(extra), 0, 0, 0, 0o100644 << 16, _BIG if big_offset else offset,
     ) + encoded + extra
 
@@ -115,7 +123,7 @@ class ZipWriter:
         self._sink = sink
         self.offset = 0
         self.force_zip64 = force_zip64
-        self._central = []  # per member (encoded, crc, size, offset), or the bytes of a block's records
+        self._central = []  # per member (encoded, crc, size, offset, flags), or the bytes of a block's records
         self._records = 0
         self._pending, self._pending_bytes = [], 0  # small writes, joined into one
 
@@ -136,8 +144,10 @@ class ZipWriter:
             self._sink.write(b"".join(self._pending))
             self._pending, self._pending_bytes = [], 0
 
-    def add(self, name, pieces, size, crc):
-        """Member ``name`` of ``size`` bytes with CRC-32 ``crc``: ``pieces`` (bytes or arrays) in order."""
+    def add(self, name, pieces, size, crc=None) -> int:
+        """Member ``name`` of ``size`` bytes: ``pieces`` (bytes or arrays) in order; returns its CRC-32.
+        ``crc``: the CRC-32 if known (it goes in the local header), else None (it is taken while the
+        pieces are written and follows them in a data descriptor)."""
         encoded = name.encode("ascii")
         offset = self.offset
         zip64 = self.force_zip64 or size >= _BIG
@@ -146,21 +156,25 @@ class ZipWriter:
         padding = (-used) % ALIGNMENT
         extra += struct.pack("<HH", _PADDING_ID, padding) + b"\0" * padding
         stored_size = _BIG if zip64 else size
-        header = _LOCAL.pack(0x04034B50, 45 if zip64 else 20, 0, 0, 0, _DOS_DATE, crc, stored_size, stored_size,
-                             len(encoded), len(extra)) + encoded + extra
-        for piece in pieces:  # small pieces go out with the header in one write
-            if isinstance(piece, bytes):
-                header += piece
-            else:
-                if header:
-                    self._write(header)
-                    header = b""
-                if piece.nbytes:
-                    self._write(bytes_of(piece))
-        if header:
-            self._write(header)
-        self._central.append((encoded, crc, size, offset))
+        flags, running = (0, None) if crc is not None else (_CRC_FOLLOWS, 0)
+        header = _LOCAL.pack(0x04034B50, 45 if zip64 else 20, flags, 0, 0, _DOS_DATE, crc or 0, stored_size,
+                             stored_size, len(encoded), len(extra)) + encoded + extra
+        self._write(header)
+        for piece in pieces:
+            data = piece if isinstance(piece, bytes) else bytes_of(piece)
+            if running is None:
+                self._write(data)
+                continue
+            for start in range(0, len(data), _CHECKSUMMED_AT_A_TIME):
+                part = data[start:start + _CHECKSUMMED_AT_A_TIME]
+                running = zlib.crc32(part, running)
+                self._write(part)
+        if running is not None:
+            crc = running
+            self._write(struct.pack("<IIQQ" if zip64 else "<IIII", 0x08074B50, crc, size, size))
+        self._central.append((encoded, crc, size, offset, flags))
         self._records += 1
+        return crc
 
     def add_rows(self, layout, rows):
         """The members of ``layout`` (at the current offset), member ``i`` holding ``rows[i]`` (a
@@ -192,7 +206,11 @@ class ZipWriter:
         """The central directory and its end records (zip64 ones when sizes or offsets need them)."""
         start = self.offset
         for record in self._central:
-            self._write(record if isinstance(record, bytes) else central_record(*record, self.force_zip64))
+            if isinstance(record, bytes):
+                self._write(record)
+            else:
+                encoded, crc, size, offset, flags = record
+                self._write(central_record(encoded, crc, size, offset, self.force_zip64, flags))
         end = self.offset
         count, directory_size = self._records, end - start
         if self.force_zip64 or count >= 0xFFFF or directory_size >= _BIG or start >= _BIG:
