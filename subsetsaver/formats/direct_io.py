@@ -82,12 +82,12 @@ def _let_go(buffer):
 
 
 _writer = []
-_writer_lock = threading.Lock()
+_threads_lock = threading.Lock()  # guards starting the writing and the reading threads
 
 
 def _writing_thread():
     """The one thread that writes full stages while the caller fills the next."""
-    with _writer_lock:
+    with _threads_lock:
         if not _writer:
             _writer.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-direct"))
         return _writer[0]
@@ -98,7 +98,7 @@ _readers = []
 
 def _reading_threads():
     """The threads that read spans past the page cache while the caller waits for them."""
-    with _writer_lock:
+    with _threads_lock:
         if not _readers:
             _readers.append(concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT,
                                                                   thread_name_prefix="subsetsaver-direct-read"))

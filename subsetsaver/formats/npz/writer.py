@@ -293,7 +293,7 @@ def _prepared(arrays, checksum, pool, array_info):
             else:
                 yield item
         elif isinstance(item, PreparedArray):
-            if checksum == "sha256" and len(item.checksum) != 64:
+            if checksum == "sha256" and len(item.checksum or "") != 64:
                 raise ValueError(f"array {item.name!r} was prepared with crc32; prepare it with checksum='sha256'")
             yield item
         else:  # a large streamed array is checksummed while it is written (zip_writer's data descriptor)
