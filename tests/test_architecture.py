@@ -358,4 +358,3 @@ def test_names_loaded_on_first_use_are_found_and_only_their_tables_load_them():
                      if own_code.search(path.read_text(encoding="utf-8")))
     assert missing == [] and tables > 100
     assert loaders == ["cli/__init__.py"]
-

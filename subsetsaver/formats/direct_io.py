@@ -81,28 +81,26 @@ def _let_go(buffer):
             idle.append(buffer)
 
 
-_writer = []
-_threads_lock = threading.Lock()  # guards starting the writing and the reading threads
+_pools = {}  # thread name prefix -> its pool, started on first use
+_threads_lock = threading.Lock()  # guards starting them
+
+
+def _threads(name, count):
+    """The pool of ``count`` threads named ``name``: started once, shared by every file."""
+    with _threads_lock:
+        if name not in _pools:
+            _pools[name] = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix=name)
+        return _pools[name]
 
 
 def _writing_thread():
     """The one thread that writes full stages while the caller fills the next."""
-    with _threads_lock:
-        if not _writer:
-            _writer.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-direct"))
-        return _writer[0]
-
-
-_readers = []
+    return _threads("subsetsaver-direct", 1)
 
 
 def _reading_threads():
     """The threads that read spans past the page cache while the caller waits for them."""
-    with _threads_lock:
-        if not _readers:
-            _readers.append(concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT,
-                                                                  thread_name_prefix="subsetsaver-direct-read"))
-        return _readers[0]
+    return _threads("subsetsaver-direct-read", READS_IN_FLIGHT)
 
 
 def _write_all(direct, buffered, data, offset):

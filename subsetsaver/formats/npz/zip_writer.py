@@ -156,20 +156,22 @@ class ZipWriter:
         padding = (-used) % ALIGNMENT
         extra += struct.pack("<HH", _PADDING_ID, padding) + b"\0" * padding
         stored_size = _BIG if zip64 else size
-        flags, running = (0, None) if crc is not None else (_CRC_FOLLOWS, 0)
+        follows = crc is None  # the CRC is taken while the pieces are written, and follows them
+        flags = _CRC_FOLLOWS if follows else 0
         header = _LOCAL.pack(0x04034B50, 45 if zip64 else 20, flags, 0, 0, _DOS_DATE, crc or 0, stored_size,
                              stored_size, len(encoded), len(extra)) + encoded + extra
         self._write(header)
+        running = 0
         for piece in pieces:
             data = piece if isinstance(piece, bytes) else bytes_of(piece)
-            if running is None:
+            if not follows:
                 self._write(data)
                 continue
             for start in range(0, len(data), _CHECKSUMMED_AT_A_TIME):
                 part = data[start:start + _CHECKSUMMED_AT_A_TIME]
                 running = zlib.crc32(part, running)
                 self._write(part)
-        if running is not None:
+        if follows:
             crc = running
             self._write(struct.pack("<IIQQ" if zip64 else "<IIII", 0x08074B50, crc, size, size))
         self._central.append((encoded, crc, size, offset, flags))
