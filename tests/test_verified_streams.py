@@ -10,7 +10,10 @@ bits streamed as read whole, and those of its rule computed by plain numpy.
 """
 
 import math
+import os
 import shutil
+import threading
+import time
 
 import google_crc32c
 import ml_dtypes
@@ -331,3 +334,84 @@ def test_crc32c_runs_in_the_c_library_and_without_it(monkeypatch):
         assert checksums._c_extend() is not None
     monkeypatch.setattr(checksums, "_c_extend", lambda: None)  # the pure-Python build: copied pieces
     assert checksums.crc32c(data) == expected and checksums.crc32c(data[:0]) == 0
+
+
+def _watched_reads(monkeypatch, reader, on_read):
+    """Make every ``read_into`` of ``reader``'s data file call ``on_read(piece number, where)`` (``where``:
+    'start' or 'end', on the thread that reads) around the real read."""
+    data_file = reader._data_file(reader._index.tensors["big/w"].stored)
+    real = data_file.read_into
+    offset = reader._index.tensors["big/w"].stored.offset
+
+    def read_into(at, buffer):
+        number = (at - offset) // PIECE_STEP
+        on_read(number, "start")
+        real(at, buffer)
+        on_read(number, "end")
+
+    monkeypatch.setattr(data_file, "read_into", read_into)
+
+
+PIECE_STEP = 1 << 16  # bytes a buffer holds in the tests below: the BIG float32 elements are 192 pieces and a bit
+
+
+def test_pieces_are_read_one_ahead_on_the_checksum_thread_and_each_stays_until_the_second_after_it(
+        tmp_path, monkeypatch):
+    values = big_values()
+    prefix = tf_bundle.write(tmp_path / "model", values)
+    read, threads = {}, set()
+
+    def on_read(number, where):
+        threads.add(threading.current_thread().name)
+        if where == "end":
+            read.setdefault(number, threading.Event()).set()
+
+    with tf_bundle.BundleReader(prefix) as reader:
+        _watched_reads(monkeypatch, reader, on_read)
+        buffers = [np.empty(PIECE_STEP, dtype=np.uint8) for _ in range(3)]
+        taken, before = [], None
+        for number, piece in enumerate(reader.pieces("big/w", buffers)):
+            if before is not None:  # the piece before this one is as it was read
+                assert np.array_equal(before[0], before[1]), number - 1
+            if (number + 1) * PIECE_STEP < BIG * 4:  # the next piece is read while the caller holds this one
+                assert read.setdefault(number + 1, threading.Event()).wait(10), f"piece {number + 1} not read ahead"
+            before = (piece, piece.copy())
+            taken.append(piece.copy())
+    assert np.array_equal(np.concatenate(taken), values["big/w"])
+    assert threads == {"subsetsaver-crc32c_0"}
+
+
+def test_pieces_need_three_buffers(tmp_path):
+    prefix = tf_bundle.write(tmp_path / "model", big_values())
+    with tf_bundle.BundleReader(prefix) as reader:
+        with pytest.raises(ValueError) as error:
+            next(reader.pieces("big/w", [np.empty(PIECE_STEP, dtype=np.uint8) for _ in range(2)]))
+    assert str(error.value) == "pieces needs three buffers or more (one taken, one checksummed, one read), not 2"
+
+
+def test_pieces_left_early_leave_no_read_still_filling_a_buffer(tmp_path, monkeypatch):
+    prefix = tf_bundle.write(tmp_path / "model", big_values())
+    with tf_bundle.BundleReader(prefix) as reader:
+        _watched_reads(monkeypatch, reader, lambda number, where: time.sleep(0.3) if where == "start" and number else None)
+        buffers = [np.zeros(PIECE_STEP, dtype=np.uint8) for _ in range(3)]
+        stream = reader.pieces("big/w", buffers)
+        next(stream)  # piece 1 is being read, slowly
+        stream.close()
+        left = [buffer.copy() for buffer in buffers]
+        time.sleep(0.6)
+        assert all(np.array_equal(buffer, copy) for buffer, copy in zip(buffers, left))
+
+
+def test_a_data_file_cut_short_while_pieces_are_read_ahead_is_refused(tmp_path):
+    prefix = tf_bundle.write(tmp_path / "model", big_values())
+    with tf_bundle.BundleReader(prefix) as reader:
+        stored = reader._index.tensors["big/w"].stored
+        os.truncate(tf_bundle.data_path(prefix, 0, 1), stored.offset + 5 * PIECE_STEP + 3)
+        taken = []
+        with pytest.raises(CorruptCheckpointError) as error:
+            for piece in reader.pieces("big/w", [np.empty(PIECE_STEP, dtype=np.uint8) for _ in range(3)]):
+                taken.append(piece.nbytes)
+    assert taken == [PIECE_STEP] * 5
+    assert str(error.value) == (
+        f"'{tf_bundle.data_path(prefix, 0, 1)}' ended while reading it: it changed or was truncated since the "
+        "checkpoint was opened; restore from an intact copy of the checkpoint")

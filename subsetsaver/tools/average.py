@@ -38,6 +38,7 @@ from ..selectors import as_selector
 DEFAULT_KEEP = "~slots() - global_step()"
 _CHUNK = 1 << 16  # elements updated at a time: their float64 values stay in the processor's cache
 _PIECE_BYTES = 1 << 20  # bytes of each input read at a time where the inputs stream
+_BUFFERS = 3  # per input: one averaged in, one checksummed, one read
 _FLOAT_KINDS = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
@@ -133,7 +134,7 @@ def _averaged_tensors(paths, weights, averaged, names, shapes):
                                     [catalog_module.read_tensors(path, averaged) for path in paths[:-1]],
                                     catalog_module.read_tensors(paths[-1], names))
             return
-        buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(2)] for _ in streams]
+        buffers = [[np.empty(_PIECE_BYTES, dtype=np.uint8) for _ in range(_BUFFERS)] for _ in streams]
         averaged = set(averaged)
         for name in names:
             if name not in averaged:

@@ -317,9 +317,10 @@ class _Measure:
     def _add_real_chunk(self, native_x, native_y) -> bool:
         """:meth:`_add_chunk` of real numbers in float64 scratch memory; False (nothing taken) where either
         side holds a NaN or both an infinity at one place, for the general way to measure."""
-        x, y, gap, flags = _scratch(native_x.size)
+        x, gap, flags = _scratch(native_x.size)
         np.copyto(x, native_x, casting="unsafe")
-        np.subtract(x, native_y, out=gap, casting="unsafe")
+        np.copyto(gap, native_y, casting="unsafe")  # two copies and a subtraction of one dtype beat a mixed one
+        np.subtract(x, gap, out=gap)
         highest, lowest = (float(gap.max()), float(gap.min())) if gap.size else (0.0, 0.0)
         if math.isnan(highest):  # numpy's max is NaN wherever a NaN is
             return False
@@ -336,11 +337,12 @@ class _Measure:
         if self.rtol == 0 and math.isfinite(self.atol):  # beyond: changed, and not within atol + rtol * |y|
             self.beyond += int(np.count_nonzero(np.greater(gap, self.atol, out=flags)))
             return True
-        np.copyto(y, native_y, casting="unsafe")
-        np.abs(y, out=y)
-        np.multiply(y, self.rtol, out=y)
-        np.add(y, self.atol, out=y)
-        within = np.less_equal(gap, y, out=flags)
+        bound = x  # A's values are taken: the scratch holds atol + rtol * |y| now
+        np.copyto(bound, native_y, casting="unsafe")
+        np.abs(bound, out=bound)
+        np.multiply(bound, self.rtol, out=bound)
+        np.add(bound, self.atol, out=bound)
+        within = np.less_equal(gap, bound, out=flags)
         within |= gap == 0
         self.beyond += gap.size - int(np.count_nonzero(within))
         return True
@@ -351,9 +353,9 @@ _dot_rows = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a
 
 
 def _scratch(count):
-    """Three float64 arrays and a bool array of ``count`` (at most _CHUNK) elements, this thread's own."""
+    """Two float64 arrays and a bool array of ``count`` (at most _CHUNK) elements, this thread's own."""
     if not hasattr(_local, "scratch"):
-        _local.scratch = [np.empty(_CHUNK) for _ in range(3)] + [np.empty(_CHUNK, dtype=bool)]
+        _local.scratch = [np.empty(_CHUNK) for _ in range(2)] + [np.empty(_CHUNK, dtype=bool)]
     return [array[:count] for array in _local.scratch]
 
 

@@ -78,6 +78,13 @@ class RunningCrc:
         self._last = _background().submit(self._extend, piece)
         return self._last
 
+    def read_and_feed(self, read, piece) -> concurrent.futures.Future:
+        """Call ``read`` (which fills ``piece``) on the background thread, then feed ``piece``; the future is
+        ``read``'s: the piece may be looked at once it is done."""
+        reading = _background().submit(read)
+        self.feed(piece)
+        return reading
+
     def value(self) -> int:
         """The CRC32C of every piece fed, once they are all checksummed."""
         if self._last is not None:

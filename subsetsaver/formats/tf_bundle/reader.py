@@ -25,7 +25,9 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import functools
 import math
 import os
 import threading
@@ -263,30 +265,40 @@ class BundleReader:
 
     def pieces(self, name, buffers):
         """Yield the elements of tensor ``name`` (see :meth:`streamable`) in order, flat, in pieces, each
-        read into the next of ``buffers`` (uint8 arrays of one size, a multiple of 16, used in turn: a piece stays as
-        read until ``len(buffers) - 1`` more are taken) and checksummed on a background thread while the
-        caller looks at it. Once the last piece is taken, CorruptCheckpointError unless the checksum is right:
-        nothing learnt from the pieces may be used before then.
+        read into the next of ``buffers`` (at least three uint8 arrays of one size, a multiple of 16, used in
+        turn) on a background thread, ``len(buffers) - 2`` pieces ahead of the caller, and checksummed there
+        after it is read. A piece stays as read until the second piece after it is taken. Once the last
+        piece is taken, CorruptCheckpointError unless the checksum is right: nothing learnt from the pieces
+        may be used before then.
 
-        total = sum(p.sum() for p in reader.pieces('dense/w', [np.empty(PIECE_BYTES, np.uint8) for _ in range(2)]))
+        total = sum(p.sum() for p in reader.pieces('dense/w', [np.empty(PIECE_BYTES, np.uint8) for _ in range(3)]))
         """
+        if len(buffers) < 3:
+            raise ValueError(f"pieces needs three buffers or more (one taken, one checksummed, one read), not {len(buffers)}")
         stored = self._index.tensors[self._known(name)].stored
         data_file, running = self._data_file(stored), RunningCrc()
         dtype = dtype_table.numpy_dtype(stored.data_type)
-        pending = [None] * len(buffers)
         step = len(buffers[0])
+        count, ahead = -(-stored.size // step), len(buffers) - 2
+
+        def ask(number):  # its buffer's last piece is checksummed first: the one thread keeps the order
+            piece = buffers[number % len(buffers)][:min(step, stored.size - number * step)]
+            return piece, running.read_and_feed(functools.partial(data_file.read_into, stored.offset + number * step, piece), piece)
+
         data_file.will_need(stored.offset, stored.size)
-        for number, start in enumerate(range(0, stored.size, step)):
-            slot = number % len(buffers)
-            if pending[slot] is not None:
-                pending[slot].result()  # its last piece is checksummed: the buffer may be filled again
-            piece = buffers[slot][:min(step, stored.size - start)]
-            data_file.read_into(stored.offset + start, piece)
-            pending[slot] = running.feed(piece)
-            if stored.data_type.name == "bool" and piece.max() > 1:
-                raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
-            yield piece.view(dtype)
-        self._check_sum(stored, running.value())
+        asked = collections.deque(ask(number) for number in range(min(ahead, count)))
+        try:
+            for number in range(count):
+                if number + ahead < count:  # its buffer held the piece before the last one taken
+                    asked.append(ask(number + ahead))
+                piece, reading = asked.popleft()
+                reading.result()
+                if stored.data_type.name == "bool" and piece.max() > 1:
+                    raise self._corrupt(stored, "holds a bool byte other than 0 and 1")
+                yield piece.view(dtype)
+            self._check_sum(stored, running.value())
+        finally:  # nothing still fills a buffer the caller gets back
+            running.value()
 
     # -----------------------------------------------------------------------------
 
