@@ -93,6 +93,29 @@ def test_scope_matches_at_slash_boundaries_and_keeps_creation_order():
     assert selected == [created[0], created[1], created[2]]
 
 
+def test_op_names_read_off_tensor_names_equal_the_ops_names():
+    from subsetsaver import tf_internals
+
+    graphs_built = [graphs.mnist_cnn(resource=resource, **SMALL).graph for resource in (True, False)]
+    graphs_built += [graphs.partitioned_model(num_shards=3).graph, graphs.ema_of_weights_model().graph]
+    uniquified = tf.Graph()
+    with uniquified.as_default():  # a second 'v' in a reused scope name: TensorFlow renames the op to 'v_1'
+        for resource in (True, False, True):
+            tf.compat.v1.Variable(1.0, name="s/v", use_resource=resource)
+        tf.compat.v1.Variable(2.0, name="exact/", use_resource=True)  # a name ending in '/' is taken as given
+    graphs_built.append(uniquified)
+    for graph in graphs_built:
+        every = graph.get_collection("variables") + graph.get_collection("local_variables")
+        assert tf_internals.op_names(every) == [variable.op.name for variable in every]
+        assert len(every) > 2
+
+    class NotOutputZero:  # a variable whose tensor is another output of its op: the op is asked
+        name = "op:1"
+        op = type("Op", (), {"name": "op"})()
+
+    assert tf_internals.op_names([NotOutputZero()]) == ["op"]
+
+
 def test_catalog_is_reread_when_the_graph_changes():
     graph = tf.Graph()
     with graph.as_default():

@@ -90,7 +90,7 @@ def _read_variables(graph, kind) -> Catalog:
     local_variables = graph.get_collection(LOCAL_VARIABLES)
     every = global_variables + local_variables
     infos = tf_internals.slice_infos(every)
-    op_names = [variable.op.name for variable in every]
+    op_names = tf_internals.op_names(every)
     if any(infos) or len(set(op_names)) < len(op_names):
         names_of, parts_by_name, index = _grouped_parts(every, infos, op_names, local_variables)
         order = sorted(parts_by_name, key=index.__getitem__)
