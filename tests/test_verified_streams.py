@@ -261,8 +261,10 @@ def pairs():
     }
 
 
+@pytest.mark.parametrize("chunk", [diff_module._CHUNK, 4099], ids=["chunk-default", "chunk-4099"])
 @pytest.mark.parametrize("atol,rtol", [(0.0, 0.0), (1e-2, 0.0), (0.0, 0.5), (np.inf, 0.0)])
-def test_diff_gives_the_same_answers_streamed_whole_and_by_plain_numpy(tmp_path, monkeypatch, atol, rtol):
+def test_diff_gives_the_same_answers_streamed_whole_and_by_plain_numpy(tmp_path, monkeypatch, atol, rtol, chunk):
+    monkeypatch.setattr(diff_module, "_CHUNK", chunk)  # 4099: many chunks a piece, their edges anywhere
     cases = pairs()
     a = tf_bundle.write(tmp_path / "a", {name: x for name, (x, _) in cases.items()})
     b = tf_bundle.write(tmp_path / "b", {name: y for name, (_, y) in cases.items()})
