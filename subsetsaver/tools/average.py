@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError
-from ..formats import checkpoint_writer, registry
+from ..formats import checkpoint_writer, npz, registry
 from ..planning import Problem
 from ..selectors import as_selector
 
@@ -154,8 +154,8 @@ def _streamed_mean(streams, name, weights, buffers, shape):
     flat, start, scratch = None, 0, _Scratch()
     into = np.empty(_PIECE_BYTES // 2, np.float64)  # a piece's mean: 2-byte floats have the most elements
     for parts in zip(*(opened.pieces(name, side) for opened, side in zip(streams, buffers)), strict=True):
-        if flat is None:
-            flat = np.empty(math.prod(shape), parts[0].dtype)
+        if flat is None:  # in reused memory: fresh pages cost more than the mean
+            flat = npz.reused_bytes(math.prod(shape) * parts[0].itemsize).view(parts[0].dtype)
         mean, seen = None, 0.0
         for weight, part in zip(weights, parts):
             mean, seen = _added(mean, seen, part, weight, scratch, into)

@@ -40,7 +40,7 @@ Example::
 from ...errors import UnsupportedDtypeError
 from ...lazy_exports import exports, names
 from ..storage import finish_background_work
-from .memory import ALIGNMENT, aligned_bytes, evict_oldest, free_idle_buffers, recycled_bytes
+from .memory import ALIGNMENT, aligned_bytes, evict_oldest, free_idle_buffers, recycled_bytes, reused_bytes
 
 __getattr__, __dir__ = exports(__name__, {
     **names(".format", "CHECKSUMS", "DEFAULT_CHECKSUM", "FORMAT", "FORMAT_VERSION", "MANIFEST_MEMBER", "STORED_AS",
@@ -75,6 +75,7 @@ __all__ = [
     "read",
     "read_manifest",
     "recycled_bytes",
+    "reused_bytes",
     "verify",
     "write",
 ]

@@ -14,6 +14,7 @@ Example::
 
     buffer = aligned_bytes(4096)             # uint8, data address a multiple of ALIGNMENT
     feed = recycled_bytes(1 << 30)           # a mapping freed by an earlier restore, if one is idle
+    raw = reused_bytes(64 << 20)             # the same for a tensor read or made, sizes rounded to share
     cache['key'] = value; evict_oldest(cache, keep=8)
 """
 
@@ -76,6 +77,24 @@ def recycled_bytes(count):
     buffer = np.frombuffer(mapping, dtype=np.uint8).view(_recycled_type())
     buffer._mapping = mapping  # the root alone holds it; every view keeps the root alive
     return buffer
+
+
+_REUSED_FROM = 8 << 20  # arrays this large are made in memory reused across calls
+
+
+def reused_bytes(nbytes):
+    """An uninitialized uint8 array of ``nbytes`` to fill with a tensor: a large one in memory that goes
+    back to be reused for a later tensor of a similar size once every view of it is dropped (memory
+    faulted in afresh costs more than reading the file from the page cache).
+
+    raw = reused_bytes(64 << 20)      # an idle buffer of 64 MiB to 68 MiB, if one is kept
+    """
+    import numpy as np
+
+    if nbytes < _REUSED_FROM:
+        return np.empty(nbytes, dtype=np.uint8)
+    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
+    return recycled_bytes(-(-nbytes // step) * step)[:nbytes].view(np.ndarray)
 
 
 @functools.cache

@@ -36,7 +36,7 @@ import numpy as np
 
 from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
 from .. import storage
-from ..npz.memory import recycled_bytes
+from ..npz.memory import reused_bytes
 from . import dtypes as dtype_table
 from .checksums import RunningCrc, crc32c, unmasked
 from .index import check_data_files, data_path, index_path, parse_index
@@ -46,17 +46,6 @@ from .table import read_table
 _LARGEST_UINT32 = 0xFFFFFFFF
 _NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
 PIECE_BYTES = 4 << 20  # a local tensor is read and checksummed this many bytes at a time
-_RECYCLED_FROM = 8 << 20  # tensors this large are read into memory reused across reads
-
-
-def new_buffer(nbytes):
-    """An uninitialized uint8 array of ``nbytes`` to read a tensor into: a large one in memory that goes
-    back to be reused for a later read of a similar size once every view of it is dropped (memory
-    faulted in afresh costs more than reading the file from the page cache)."""
-    if nbytes < _RECYCLED_FROM:
-        return np.empty(nbytes, dtype=np.uint8)
-    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
-    return recycled_bytes(-(-nbytes // step) * step)[:nbytes].view(np.ndarray)
 
 
 def _size_or_none(path):
@@ -347,7 +336,7 @@ class BundleReader:
             raise UnsupportedDtypeError(
                 f"cannot read {stored.subject} of checkpoint '{self.prefix}': {data_type.name} tensors hold "
                 "serialized C++ objects that only TensorFlow can read")
-        raw = new_buffer(stored.size)
+        raw = reused_bytes(stored.size)
         data_file = self._data_file(stored)
         if hasattr(data_file, "read_ranges") or stored.size < 2 * PIECE_BYTES:  # a bucket: one request
             data_file.read_into(stored.offset, raw)
