@@ -18,6 +18,7 @@ Example::
 from . import lazy_exports
 from .errors import (
     Blank,
+    CastRuleError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CheckpointWriteError,
@@ -85,6 +86,7 @@ __all__ = [
     "InvalidOutputError",
     "OutputExistsError",
     "RemapRuleError",
+    "CastRuleError",
     "UnknownFormatError",
     "SelectorSyntaxError",
     "Selector",

@@ -197,6 +197,20 @@ class RemapRuleError(SubsetSaverError, ValueError):
         super().__init__(f"remap rule {', '.join(f'{old!r}: {new!r}' for old, new in self.rules)} {why}")
 
 
+class CastRuleError(SubsetSaverError, ValueError):
+    """A ``cast`` rule of ``rewrite`` that cannot apply: not ``SELECTOR=DTYPE``, a dtype that is not a float
+    type, or a selector that picks no kept tensor or a tensor that is not a float. ``rule``: the rule as
+    ``SELECTOR=DTYPE``. Raised before anything is written.
+
+    >>> CastRuleError("cast slots()=float16 selects no tensor that is kept; check the selector", "slots()=float16").rule
+    'slots()=float16'
+    """
+
+    def __init__(self, message, rule):
+        self.rule = rule
+        super().__init__(message)
+
+
 class CorruptCheckpointError(SubsetSaverError, OSError):
     """A checkpoint file is missing, truncated, or fails its own validation."""
 

@@ -17,7 +17,7 @@ from subsetsaver.formats import progress
 from subsetsaver.planning import plan
 from subsetsaver.tools.average import average
 from subsetsaver.tools.diff import diff
-from subsetsaver.tools.rewrite import rewrite
+from subsetsaver.tools.rewrite import parse_cast, rewrite
 
 v1 = tf.compat.v1
 
@@ -353,6 +353,11 @@ def test_rewrite_refuses_bad_rules_before_writing(fine_tune, tmp_path, run_cli):
     for flags, message in cases:
         result = run_cli("rewrite", finetuned, "-o", output, *flags)
         assert (result.returncode, result.stderr) == (2, f"subsetsaver: error: {message}\n"), flags
+        if flags[0] == "--cast" or flags[-2] == "--cast":  # the library's own error, the rule as a field
+            keep = flags[1] if flags[0] == "--keep" else None
+            with pytest.raises(ss.CastRuleError) as error:
+                rewrite(finetuned, output, keep=keep, cast=parse_cast([flags[-1]]))
+            assert (str(error.value), error.value.rule) == (message, flags[-1]) and isinstance(error.value, ValueError)
     assert not output.parent.exists()
     assert run_cli("rewrite", finetuned, "-o", output).returncode == 0
     again = run_cli("rewrite", finetuned, "-o", output)

@@ -26,6 +26,7 @@ import functools
 import os
 
 from .. import catalog as catalog_module
+from ..errors import CastRuleError
 from ..formats import checkpoint_writer, registry, tf_bundle
 from ..planning import map_rows, map_rows_by_part, renamed_names, resolve_rows, split_by_rows
 from ..selectors import as_selector
@@ -114,7 +115,7 @@ def parse_cast(texts) -> dict:
     for text in texts:
         selector, equals, dtype = text.rpartition("=")
         if not equals or not selector.strip() or not dtype.strip():
-            raise ValueError(f"cast {text!r} is not SELECTOR=DTYPE, e.g. \"trainable()=bfloat16\"")
+            raise CastRuleError(f"cast {text!r} is not SELECTOR=DTYPE, e.g. \"trainable()=bfloat16\"", text)
         rules[selector.strip()] = dtype.strip()
     return rules
 
@@ -125,16 +126,16 @@ def _cast_dtypes(cat, kept, cast) -> dict:
     kept_set = set(kept)
     for text, dtype in dict(cast or {}).items():
         if dtype not in FLOAT_TYPES:
-            raise ValueError(f"cast to {dtype!r}: a checkpoint's tensors are cast between float types only "
-                             f"({', '.join(FLOAT_TYPES)})")
+            raise CastRuleError(f"cast to {dtype!r}: a checkpoint's tensors are cast between float types only "
+                                f"({', '.join(FLOAT_TYPES)})", f"{text}={dtype}")
         chosen = [name for name in as_selector(text, "cast").names(cat) if name in kept_set]
         if not chosen:
-            raise ValueError(f"cast {text}={dtype} selects no tensor that is kept; check the selector")
+            raise CastRuleError(f"cast {text}={dtype} selects no tensor that is kept; check the selector", f"{text}={dtype}")
         not_float = [name for name in chosen if cat.record(name).dtype not in FLOAT_TYPES]
         if not_float:
-            raise ValueError(f"cast {text}={dtype} selects {', '.join(not_float[:5])} "
-                             f"({cat.record(not_float[0]).dtype}), which is not a float tensor; "
-                             f"leave it out, e.g. \"({text}) - name('{not_float[0]}')={dtype}\"")
+            raise CastRuleError(f"cast {text}={dtype} selects {', '.join(not_float[:5])} "
+                                f"({cat.record(not_float[0]).dtype}), which is not a float tensor; "
+                                f"leave it out, e.g. \"({text}) - name('{not_float[0]}')={dtype}\"", f"{text}={dtype}")
         new_dtypes.update(dict.fromkeys(chosen, dtype))
     return new_dtypes
 
