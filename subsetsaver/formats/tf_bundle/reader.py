@@ -278,7 +278,7 @@ class BundleReader:
         asked = collections.deque(ask(number) for number in range(min(ahead, count)))
         try:
             for number in range(count):
-                if number + ahead < count:  # its buffer held the piece before the last one taken
+                if number + ahead < count:  # into the buffer of the piece two before this one, let go by now
                     asked.append(ask(number + ahead))
                 piece, reading = asked.popleft()
                 reading.result()
