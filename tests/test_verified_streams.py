@@ -338,6 +338,9 @@ def test_crc32c_runs_in_the_c_library_and_without_it(monkeypatch):
     assert checksums.crc32c(data) == expected and checksums.crc32c(data[:0]) == 0
 
 
+PIECE_STEP = 1 << 16  # bytes a buffer holds in the tests below: the BIG float32 elements are 192 pieces and a bit
+
+
 def _watched_reads(monkeypatch, reader, on_read):
     """Make every ``read_into`` of ``reader``'s data file call ``on_read(piece number, where)`` (``where``:
     'start' or 'end', on the thread that reads) around the real read."""
@@ -352,9 +355,6 @@ def _watched_reads(monkeypatch, reader, on_read):
         on_read(number, "end")
 
     monkeypatch.setattr(data_file, "read_into", read_into)
-
-
-PIECE_STEP = 1 << 16  # bytes a buffer holds in the tests below: the BIG float32 elements are 192 pieces and a bit
 
 
 def test_pieces_are_read_one_ahead_on_the_checksum_thread_and_each_stays_until_the_second_after_it(
