@@ -37,8 +37,7 @@ def op_names(variables) -> list:
     op_names(graph.get_collection('variables'))
     # ['dense/w', 'dense/b']
     """
-    return [name[:-2] if name.endswith(":0") else variable.op.name
-            for name, variable in zip([variable.name for variable in variables], variables)]
+    return [name[:-2] if (name := variable.name).endswith(":0") else variable.op.name for variable in variables]
 
 
 def slice_spec(variable) -> str:

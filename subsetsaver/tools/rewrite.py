@@ -125,17 +125,18 @@ def _cast_dtypes(cat, kept, cast) -> dict:
     new_dtypes = {}
     kept_set = set(kept)
     for text, dtype in dict(cast or {}).items():
+        rule = f"{text}={dtype}"
         if dtype not in FLOAT_TYPES:
             raise CastRuleError(f"cast to {dtype!r}: a checkpoint's tensors are cast between float types only "
-                                f"({', '.join(FLOAT_TYPES)})", f"{text}={dtype}")
+                                f"({', '.join(FLOAT_TYPES)})", rule)
         chosen = [name for name in as_selector(text, "cast").names(cat) if name in kept_set]
         if not chosen:
-            raise CastRuleError(f"cast {text}={dtype} selects no tensor that is kept; check the selector", f"{text}={dtype}")
+            raise CastRuleError(f"cast {rule} selects no tensor that is kept; check the selector", rule)
         not_float = [name for name in chosen if cat.record(name).dtype not in FLOAT_TYPES]
         if not_float:
-            raise CastRuleError(f"cast {text}={dtype} selects {', '.join(not_float[:5])} "
+            raise CastRuleError(f"cast {rule} selects {', '.join(not_float[:5])} "
                                 f"({cat.record(not_float[0]).dtype}), which is not a float tensor; "
-                                f"leave it out, e.g. \"({text}) - name('{not_float[0]}')={dtype}\"", f"{text}={dtype}")
+                                f"leave it out, e.g. \"({text}) - name('{not_float[0]}')={dtype}\"", rule)
         new_dtypes.update(dict.fromkeys(chosen, dtype))
     return new_dtypes
 
