@@ -5,7 +5,7 @@ continuations, lists over several lines, ``@references``); refusals are one Layo
 import pytest
 
 from subsetsaver.errors import LayoutMapError
-from subsetsaver.layouts.gin_config import MAX_DEPTH, MAX_GIN_BYTES, GinBindings, read_gin_config
+from subsetsaver.layouts.gin_config import MAX_DEPTH, MAX_GIN_BYTES, GinBindings, gin_bytes, read_gin_config
 
 OPERATIVE = """\
 import mesh_tensorflow.optimize
@@ -76,7 +76,7 @@ encoder/Unitransformer.shared_embedding_and_softmax_weights = True  # the encode
 
 EXPECTED = {"d_model": 768, "d_ff": 2048, "d_kv": 64, "num_heads": 12, "num_layers": 12, "num_decoder_layers": 10,
             "relative_attention_num_buckets": 32, "layer_norm_epsilon": 1e-06, "dropout_rate": 0.1,
-            "activation": "gated-gelu", "tie_word_embeddings": False, "shared_embedding": True,
+            "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False, "shared_embedding": True,
             "position_embedding": "relative_bias_shared"}
 
 
@@ -113,9 +113,9 @@ def test_the_vocabulary_size_is_padded_as_mesh_tensorflow_pads_it(tmp_path):
 def test_relu_and_position_embeddings_read_as_their_names(tmp_path):
     text = OPERATIVE.replace("['gelu', 'linear']", "'relu'") + "Unitransformer.positional_embedding = True\n"
     config = read_gin_config(written(tmp_path, text))
-    assert (config["activation"], config["position_embedding"]) == ("relu", "absolute+relative_bias_shared")
+    assert (config["feed_forward_proj"], config["position_embedding"]) == ("relu", "absolute+relative_bias_shared")
     text = OPERATIVE.replace("['gelu', 'linear']", "['linear', 'gelu']")
-    assert read_gin_config(written(tmp_path, text))["activation"] == "linear * gelu"
+    assert read_gin_config(written(tmp_path, text))["feed_forward_proj"] == "linear * gelu"
 
 
 @pytest.mark.parametrize("change, message", [
@@ -176,3 +176,32 @@ def test_a_file_too_large_or_not_utf8_or_absent_is_refused_before_it_is_parsed(t
         read_gin_config(latin)
     with pytest.raises(LayoutMapError, match=r"^cannot read gin config '.*absent.gin': No such file or directory$"):
         read_gin_config(tmp_path / "absent.gin")
+
+
+def test_bindings_written_as_gin_read_back_as_they_were(tmp_path):
+    config = {"SelfAttention.num_heads": 8, "d_model": 512, "DenseReluDense.activation": ["gelu", "linear"],
+              "sublayer_rms_norm.epsilon": 1e-06, "decoder/EncDecAttention.relative_attention_type": None,
+              "Unitransformer.positional_embedding": False, "SelfAttention.relative_attention_type": "bias_shared"}
+    text = gin_bytes(config)
+    assert text.decode().splitlines()[:2] == ["d_model = 512", "DenseReluDense.activation = ['gelu', 'linear']"]
+    bindings = GinBindings.parse(text.decode())
+    assert {name: bindings.get(*_key(name), object) for name in config if "." in name} == \
+        {name: value for name, value in config.items() if "." in name}
+    assert bindings.macros["d_model"] == ("512", 1)
+
+
+def _key(name):
+    scope, _, dotted = name.rpartition("/")
+    configurable, parameter = dotted.split(".")
+    return scope, configurable, parameter
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"a b": 1}, "cannot write 'a b' = 1 as a gin binding; map the config to binding names and Python literals"),
+    ({"A.x": {"k": 1}}, "cannot write 'A.x' = {'k': 1} as a gin binding; map the config to binding names and "
+                        "Python literals"),
+])
+def test_a_config_that_is_not_bindings_of_literals_is_not_written_as_gin(config, message):
+    with pytest.raises(LayoutMapError) as error:
+        gin_bytes(config)
+    assert str(error.value) == message

@@ -11,7 +11,7 @@ and linear; a malformed file or a missing binding is one :class:`~subsetsaver.er
 Example::
 
     >>> config = read_gin_config("t5_small/operative_config.gin")    # doctest: +SKIP
-    >>> config["d_model"], config["activation"], config["tie_word_embeddings"]   # doctest: +SKIP
+    >>> config["d_model"], config["feed_forward_proj"], config["tie_word_embeddings"]   # doctest: +SKIP
     (512, 'relu', True)
 """
 
@@ -37,10 +37,13 @@ def read_gin_config(path) -> dict:
 
     ``d_model``, ``d_ff``, ``d_kv``, ``num_heads``, ``num_layers`` (the encoder's),
     ``num_decoder_layers``, ``relative_attention_num_buckets``, ``layer_norm_epsilon``, ``dropout_rate``,
-    ``activation`` (``"relu"``, ``"gelu"``; ``["gelu", "linear"]`` reads ``"gated-gelu"``),
+    ``feed_forward_proj`` (Mesh TensorFlow's activation: ``"relu"``; ``["gelu", "linear"]`` reads
+    ``"gated-gelu"``; others by Mesh TensorFlow's names, whose ``"gelu"`` is the tanh approximation),
     ``tie_word_embeddings`` (the decoder's softmax shares the embedding), ``shared_embedding``
     (encoder and decoder share one), ``position_embedding`` (``"relative_bias_shared"`` for T5),
-    and ``vocab_size`` (padded as Mesh TensorFlow pads it) when the file binds the vocabulary's size.
+    and ``vocab_size`` (padded as Mesh TensorFlow pads it) when the file binds the vocabulary's size
+    (T5's runs pass it in code). The keys are named as in Hugging Face's ``T5Config`` where it has them,
+    so that a map reads either file.
     """
     bindings = GinBindings.read(path)
     config = {"d_model": bindings.both("Unitransformer", "d_model", int),
@@ -52,7 +55,7 @@ def read_gin_config(path) -> dict:
               "relative_attention_num_buckets": bindings.both("SelfAttention", "relative_attention_num_buckets", int),
               "layer_norm_epsilon": bindings.both("sublayer_rms_norm", "epsilon", float),
               "dropout_rate": bindings.both("SelfAttention", "dropout_rate", float),
-              "activation": _activation(bindings.both("DenseReluDense", "activation", (str, list))),
+              "feed_forward_proj": _activation(bindings.both("DenseReluDense", "activation", (str, list))),
               "tie_word_embeddings": bindings.get("decoder", "Unitransformer", "shared_embedding_and_softmax_weights",
                                                   bool),
               "shared_embedding": bindings.get("", "Bitransformer", "shared_embedding", bool),
@@ -67,6 +70,28 @@ def read_gin_config(path) -> dict:
         divisor = bindings.both("Unitransformer", "vocab_divisor", int)
         config["vocab_size"] = -(-size // divisor) * divisor if divisor > 0 else size
     return config
+
+
+def gin_bytes(config) -> bytes:
+    """``config`` (binding or macro name -> Python literal) as gin text: macros first, then bindings.
+
+    >>> gin_bytes({"SelfAttention.num_heads": 8, "d_model": 512}).decode()
+    'd_model = 512\\nSelfAttention.num_heads = 8\\n'
+    """
+    lines = []
+    for name in sorted(config, key=lambda name: ("." in name, name)):
+        value = config[name]
+        if not _NAME.fullmatch(name) or not _is_literal(value):
+            raise LayoutMapError(f"cannot write {name[:80]!r} = {value!r:.80} as a gin binding",
+                                 fix="map the config to binding names and Python literals")
+        lines.append(f"{name} = {value!r}\n")
+    return "".join(lines).encode("utf-8")
+
+
+def _is_literal(value):
+    if isinstance(value, list):
+        return all(_is_literal(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 class GinBindings:
