@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 
+from .. import bounded_json
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
 from . import remote_ranges
 from .local_files import RangeReader
@@ -316,7 +317,7 @@ class RemoteStorage:
 
     def _holder(self, lock_url):
         try:
-            return json.loads(self.read_bytes(lock_url, 4096))
+            return bounded_json.loads(self.read_bytes(lock_url, 4096))
         except (FileNotFoundError, ValueError, SubsetSaverError):
             return {}
 

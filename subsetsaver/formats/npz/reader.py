@@ -19,11 +19,11 @@ Example::
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import zlib
 
+from ... import bounded_json
 from ...errors import SubsetSaverError, clipped
 from .format import (
     HASH_IN_THREADS,
@@ -213,8 +213,8 @@ class Archive:
         if zlib.crc32(text) != info.CRC:
             raise self._fail("manifest fails its CRC-32 check: it was edited or damaged", name)
         try:
-            content = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
+            content = bounded_json.loads(text)
+        except ValueError as error:
             raise self._fail(f"manifest is not valid JSON ({error})", name) from error
         return manifest_from_json(content, self.path, {member: info.CRC for member, info in self._members.items()})
 
