@@ -13,7 +13,8 @@ from subsetsaver import layouts
 from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats import safetensors_file, tf_bundle
 
-SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2"]
+SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2", "hf-to-t5",
+           "t5-to-hf"]
 
 
 def gpt2_checkpoint(directory, extra=None, layers=2, width=8):
@@ -74,7 +75,7 @@ def test_an_unknown_map_is_one_error_naming_the_shipped_ones(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     error = refused(checkpoint, tmp_path / "out", map="gpt3-to-hf")
     assert str(error) == ("unknown layout map 'gpt3-to-hf'; use one of albert-to-hf, bert-to-hf, gpt2-to-hf, "
-                          "hf-to-albert, hf-to-bert, hf-to-gpt2, or the path of a .json map file")
+                          "hf-to-albert, hf-to-bert, hf-to-gpt2, hf-to-t5, t5-to-hf, or the path of a .json map file")
 
 
 def test_a_checkpoint_of_another_family_is_named_so_before_its_config_is_read(tmp_path):
@@ -204,7 +205,8 @@ def test_cli_refusals_are_one_line(tmp_path, run_cli):
     result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "nope")
     assert result.returncode == 2
     assert result.stderr == ("subsetsaver: error: unknown layout map 'nope'; use one of albert-to-hf, bert-to-hf, "
-                             "gpt2-to-hf, hf-to-albert, hf-to-bert, hf-to-gpt2, or the path of a .json map file\n")
+                             "gpt2-to-hf, hf-to-albert, hf-to-bert, hf-to-gpt2, hf-to-t5, t5-to-hf, or the path of a .json "
+                             "map file\n")
     result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "gpt2-to-hf", "--keep", "trainable()")
     assert result.returncode == 2 and "--keep does not go with --map" in result.stderr
     assert not os.path.exists(tmp_path / "out")
@@ -260,3 +262,60 @@ def test_bert_kernels_are_transposed_and_older_gamma_beta_names_convert_back(tmp
         for name in reader.names:
             assert reader.read(name).tobytes() == arrays[name].tobytes(), name
 
+
+
+def numbered(directory, names, n_layer):
+    """A checkpoint of ``names`` (each tensor [2] holding its index) and hparams.json saying ``n_layer``."""
+    os.makedirs(directory, exist_ok=True)
+    tf_bundle.write(os.path.join(directory, "model.ckpt"),
+                    {name: np.full(2, index, np.float32) for index, name in enumerate(names)})
+    with open(os.path.join(directory, "hparams.json"), "w") as handle:
+        json.dump({"n_layer": n_layer, "n_embd": 2}, handle)
+    return os.path.join(directory, "model.ckpt")
+
+
+def numbers_map(path, glob, template, layout, **fields):
+    return write_map(path, [{"from": glob, "to": template}], config={"keys": {"n_layer": "n_layer", "n_embd": "n_embd"}},
+                     targets={"dtypes": ["float32"], "groups": [{"repeat": {"block": "n_layer"},
+                                                                 "tensors": {layout: ["n_embd"]}}]}, **fields)
+
+
+def test_a_capture_is_written_as_a_number_plain_or_zero_padded(tmp_path):
+    """Mesh TensorFlow's block_000 is Hugging Face's block.0, and back: {1:d} and {1:03d} in a rule's
+    target, {block:03d} in a declared tensor's name."""
+    blocks = [f"stack/block_{block:03d}/w" for block in range(12)]
+    checkpoint = numbered(tmp_path / "mtf", blocks, 12)
+    forward = numbers_map(tmp_path / "forward.json", "stack/block_*/w", "block.{1:d}.w", "block.{block}.w")
+    report = ss.convert(checkpoint, tmp_path / "hf", map=forward)
+    assert report.rows[-1] == ("stack/block_011/w", "block.11.w", "", (2,))
+    specs, _ = safetensors_file.specs(tmp_path / "hf" / "model.safetensors")
+    assert sorted(specs) == sorted(f"block.{block}.w" for block in range(12))
+    back = numbers_map(tmp_path / "back.json", "block.*.w", "stack/block_{1:03d}/w", "stack/block_{block:03d}/w",
+                       source={"layout": "safetensors", "config": "config.json"},
+                       target={"layout": "tf", "config": "hparams.json"})
+    ss.convert(tmp_path / "hf", tmp_path / "tf", map=back)
+    with tf_bundle.BundleReader(tmp_path / "tf" / "model.ckpt") as reader:
+        assert sorted(reader.names) == blocks
+        assert [reader.read(name)[0] for name in blocks] == list(range(12))
+
+
+def test_a_missing_numbered_tensor_is_named_as_its_source_writes_it(tmp_path):
+    numbered(tmp_path / "mtf", ["stack/block_000/w", "stack/block_001/w"], 2)
+    ss.convert(tmp_path / "mtf" / "model.ckpt", tmp_path / "hf", map=numbers_map(
+        tmp_path / "forward.json", "stack/block_*/w", "block.{1:d}.w", "block.{block}.w"))
+    back = numbers_map(tmp_path / "back.json", "block.*.w", "stack/block_{1:03d}/w", "stack/block_{block:03d}/w",
+                       source={"layout": "safetensors", "config": "config.json"},
+                       target={"layout": "tf", "config": "hparams.json"})
+    with open(tmp_path / "hf" / "config.json", "w") as handle:
+        json.dump({"n_layer": 3, "n_embd": 2}, handle)
+    error = refused(tmp_path / "hf", tmp_path / "tf", map=back)
+    assert str(error) == ("this GPT-2 (openai/gpt-2) checkpoint lacks 1 tensor the config's 3 blocks need: block.2.w; "
+                          "convert a whole checkpoint of the family, or give the config that describes it with --config")
+
+
+def test_a_capture_that_is_not_a_number_is_not_written_as_one(tmp_path):
+    checkpoint = numbered(tmp_path / "mtf", ["stack/block_000/w", "stack/block_x/w"], 2)
+    error = refused(checkpoint, tmp_path / "hf", map=numbers_map(
+        tmp_path / "forward.json", "stack/block_*/w", "block.{1:d}.w", "block.{block}.w"))
+    assert str(error) == ("rule 1 (stack/block_*/w -> block.{1:d}.w) writes 'x' as a number; match numbers only where "
+                          "a target name writes one ({1:d}, {1:03d})")

@@ -20,6 +20,7 @@ import os
 
 from .. import bounded_json
 from ..errors import LayoutMapError
+from .gin_config import gin_bytes, read_gin_config
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
@@ -59,7 +60,10 @@ def map_config(rules, math, source, *, source_name="the config") -> dict:
 
 
 def read_config(path) -> dict:
-    """A JSON config file as a dict, or a :class:`~subsetsaver.errors.LayoutMapError` saying why not."""
+    """A JSON config file (or a Mesh TensorFlow run's ``.gin``, see :mod:`.gin_config`) as a dict, or a
+    :class:`~subsetsaver.errors.LayoutMapError` saying why not."""
+    if os.fspath(path).endswith(".gin"):
+        return read_gin_config(path)
     try:
         with open(path, "rb") as handle:
             data = bounded_json.loads(handle.read(MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
@@ -72,7 +76,10 @@ def read_config(path) -> dict:
     return data
 
 
-def config_bytes(config) -> bytes:
+def config_bytes(config, filename="config.json") -> bytes:
+    """``config`` as the file ``filename`` names: gin bindings for a ``.gin``, else JSON."""
+    if filename.endswith(".gin"):
+        return gin_bytes(config)
     return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 

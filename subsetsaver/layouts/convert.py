@@ -107,7 +107,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, dry_run=False
         write_safetensors(weights, stream, layout.target.get("metadata"), overwrite=overwrite)
     else:
         write_tf_checkpoint(weights, stream, overwrite=overwrite)
-    storage.write_bytes(config_file, config_bytes(target_config))
+    storage.write_bytes(config_file, config_bytes(target_config, layout.target["config"]))
     return LayoutReport(**described, files=(weights, config_file), dry_run=False)
 
 

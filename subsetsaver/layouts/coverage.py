@@ -32,7 +32,8 @@ MAX_TARGETS = 1_000_000
 _SHOWN = 3
 _LONGEST_ITEM = 240
 _LONGEST_MESSAGE = 1500
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(\d*)d)?\}")
+"""``{layer}`` is filled with 0, 1, ...; ``{layer:03d}`` with 000, 001, ..."""
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
 _COMPARISONS = {ast.Eq: int.__eq__, ast.NotEq: int.__ne__, ast.Lt: int.__lt__, ast.LtE: int.__le__,
                 ast.Gt: int.__gt__, ast.GtE: int.__ge__}
@@ -144,9 +145,11 @@ def _expand(group, config, expected, where, head=None):
     shapes = {template: tuple(evaluate(size, config, f"{where}, '{template}'") for size in shape)
               for template, shape in group["tensors"].items()}
     for values in itertools.product(*(range(count) for count in repeat.values())):
-        filling = dict(zip(repeat, (str(value) for value in values)))
+        filling = dict(zip(repeat, values))
         for template, shape in shapes.items():
-            expected[_PLACEHOLDER.sub(lambda found, filling=filling: filling[found.group(1)], template)] = (shape, phrase)
+            expected[_PLACEHOLDER.sub(lambda found, filling=filling: format(filling[found.group(1)],
+                                                                             f"{found.group(2) or ''}d"), template)] \
+                = (shape, phrase)
 
 
 def _counts_text(repeat) -> str:

@@ -15,7 +15,8 @@ A map is a JSON object (see ``docs/leaving_tensorflow.md``, "Writing a map")::
                  {"bert.encoder.layer.{layer}.attention.self.query.weight": ["hidden_size", "hidden_size"]}}]}}
 
 ``from`` is a glob of the selector language (``*`` and ``?`` within one ``/``-segment, ``**`` across);
-each wildcard captures what it matched, and ``{1}``, ``{2}``, ... in ``to`` put it back. A rule with
+each wildcard captures what it matched, and ``{1}``, ``{2}``, ... in ``to`` put it back (``{1:d}`` as a
+number, ``block_000`` -> ``block.0``; ``{1:03d}`` zero-padded, the way back). A rule with
 several ``from`` globs concatenates (``"concat": AXIS``); one with several ``to`` names splits
 (``"split": AXIS``). ``math`` states every config value that changes the math (:data:`MATH_ROLES`);
 ``targets`` declares every target tensor the config implies (see :mod:`.coverage`). ``drop`` is
@@ -45,8 +46,9 @@ LAYOUTS = ("tf", "safetensors")
 MATH_ROLES = ("activation", "layer_norm_eps", "position_embedding", "tied_embeddings")
 """The config values that change a model's math: every map states each one, never copies it."""
 MAX_MAP_BYTES = 4 * 1024 * 1024
-_PLACEHOLDER = re.compile(r"\{(\d+)\}")
-_NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{(\d+)(?::(\d*)d)?\}")
+"""``{1}`` puts a capture back as it is; ``{1:d}`` as a number (``000`` -> ``0``), ``{1:03d}`` zero-padded."""
+_NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::\d*d)?\}")
 _MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
 _RULE_KEYS = {"from", "to", "transform", "concat", "split"}
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
@@ -86,7 +88,16 @@ class Rule:
         return tuple(fill_glob(glob, captures) for glob in self.source_globs)
 
     def target_names(self, captures) -> tuple:
-        return tuple(_PLACEHOLDER.sub(lambda m: captures[int(m.group(1)) - 1], target) for target in self.targets)
+        return tuple(_PLACEHOLDER.sub(lambda m: self._written(captures[int(m.group(1)) - 1], m.group(2)), target)
+                     for target in self.targets)
+
+    def _written(self, capture, width):
+        if width is None:
+            return capture
+        if not (capture.isascii() and capture.isdigit()):
+            raise LayoutMapError(f"{self.text} writes '{capture[:40]}' as a number", rule=self.text,
+                                 fix="match numbers only where a target name writes one ({1:d}, {1:03d})")
+        return format(int(capture), f"{width}d")
 
     def source_for(self, target):
         """The source name this rule would read ``target`` from, or None when it does not write it."""
@@ -234,7 +245,7 @@ def _parse_rule(number, item, where) -> Rule:
         raise LayoutMapError(f"{where} has {len(targets)} targets: say along which axis with \"split\"")
     wildcards = glob_wildcard_count(sources[0])
     for template in targets:
-        for index in _PLACEHOLDER.findall(template):
+        for index, _ in _PLACEHOLDER.findall(template):
             if not 1 <= int(index) <= wildcards:
                 raise LayoutMapError(f"{where}: '{template}' uses {{{index}}}, but '{sources[0]}' has "
                                      f"{wildcards} wildcard(s)")
@@ -320,16 +331,18 @@ _TEMPLATES = {}
 def _template_captures(template):
     """A matcher of the names ``template`` writes: each ``{n}`` captures (in its order of ``n``)."""
     if template not in _TEMPLATES:
-        order = [int(index) for index in _PLACEHOLDER.findall(template)]
-        parts = _PLACEHOLDER.split(template)
-        glob = "".join(_escaped(part) if position % 2 == 0 else "*" for position, part in enumerate(parts))
-        match = glob_captures(glob)
+        placeholders = _PLACEHOLDER.findall(template)
+        order = [int(index) for index, _ in placeholders]
+        padded = [width is not None and width.startswith("0") for _, width in placeholders]
+        match = glob_captures("*".join(_escaped(text) for text in _PLACEHOLDER.split(template)[::3]))
 
-        def captures(name, match=match, order=order):
+        def captures(name, match=match, order=order, padded=padded):
             found = match(name)
             if found is None or sorted(order) != list(range(1, len(order) + 1)) or any(
                     "." in part or "/" in part for part in found):  # a capture is a layer number or a word
                 return None
+            # a zero-padded number is read back as the plain number it was written from
+            found = [str(int(part)) if pad and part.isdigit() else part for part, pad in zip(found, padded)]
             return tuple(found[order.index(index)] for index in range(1, len(order) + 1))
 
         _TEMPLATES[template] = captures
