@@ -16,7 +16,8 @@ the run's ``operative_config.gin``:
 
     python tests/mesh_t5.py save v1.0 OUT_DIR   # random weights, one Adafactor step -> OUT_DIR/model.ckpt-1,
                                                 #   operative_config.gin, outputs.npz
-    python tests/mesh_t5.py run v1.0 CKPT OUT.npz   # restore CKPT by name into the same model, its outputs
+    python tests/mesh_t5.py run v1.0 CKPT OUT.npz [GIN]   # restore CKPT by name into the model (GIN's
+                                                          #   bindings over the variant's), its outputs
 """
 
 import importlib.util
@@ -116,23 +117,26 @@ def install_shim():
     v1.disable_eager_execution()
 
 
-def _configure(variant):
+def _configure(variant, gin_file=None):
     import gin
 
     sizes = VARIANTS[variant]
     gin.clear_config()
     gin.parse_config(SIZES.format(**sizes) + MODEL.format(**sizes) + (V1_1 if variant == "v1.1" else ""))
+    if gin_file is not None:
+        gin.parse_config_file(gin_file)
 
 
-def build(variant, train=False):
-    """The gin-configured bitransformer in the default graph, lowered on a mesh of shape [] on one CPU.
+def build(variant, train=False, gin_file=None):
+    """The gin-configured bitransformer in the default graph, lowered on a mesh of shape [] on one CPU;
+    ``gin_file``'s bindings, if given, over the variant's.
 
     Returns ({"logits", "encoder_output"}: tf.Tensor, train op or None)."""
     install_shim()
     import mesh_tensorflow as mtf
     from mesh_tensorflow.transformer import transformer, transformer_layers  # noqa: F401 (registers with gin)
 
-    _configure(variant)
+    _configure(variant, gin_file)
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     batch = mtf.Dimension("batch", INPUTS.shape[0])
@@ -185,10 +189,11 @@ def save(variant, out_dir):
         run_graph(variant, os.path.join(out_dir, "model.ckpt-1"), os.path.join(out_dir, "outputs.npz"))
 
 
-def run_graph(variant, checkpoint, out):
-    """Restore ``checkpoint`` by name into the inference graph and save its outputs."""
+def run_graph(variant, checkpoint, out, gin_file=None):
+    """Restore ``checkpoint`` by name into the inference graph (configured by ``gin_file`` too, if given)
+    and save its outputs."""
     with tf.Graph().as_default():
-        outputs, _ = build(variant)
+        outputs, _ = build(variant, gin_file=gin_file)
         with v1.Session() as sess:
             v1.train.Saver().restore(sess, checkpoint)
             np.savez(out, **sess.run(outputs))
