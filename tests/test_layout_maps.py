@@ -313,6 +313,15 @@ def test_a_missing_numbered_tensor_is_named_as_its_source_writes_it(tmp_path):
                           "convert a whole checkpoint of the family, or give the config that describes it with --config")
 
 
+def test_a_missing_tensor_is_named_with_its_number_zero_padded_as_the_source_pads_it(tmp_path):
+    checkpoint = numbered(tmp_path / "mtf", ["stack/block_000/w", "stack/block_002/w"], 3)
+    error = refused(checkpoint, tmp_path / "hf", map=numbers_map(
+        tmp_path / "forward.json", "stack/block_*/w", "block.{1:d}.w", "block.{block}.w"))
+    assert str(error) == ("this GPT-2 (openai/gpt-2) checkpoint lacks 1 tensor the config's 3 blocks need: "
+                          "stack/block_001/w; convert a whole checkpoint of the family, or give the config that "
+                          "describes it with --config")
+
+
 def test_a_capture_that_is_not_a_number_is_not_written_as_one(tmp_path):
     checkpoint = numbered(tmp_path / "mtf", ["stack/block_000/w", "stack/block_x/w"], 2)
     error = refused(checkpoint, tmp_path / "hf", map=numbers_map(

@@ -63,7 +63,8 @@ class ConversionPlan:
             if target in step.targets:
                 return " + ".join(step.sources)
         for rule in self.layout.rules:
-            source = rule.source_for(target)
+            like = next((rule.capture(step.sources[0]) for step in self.steps if step.rule is rule), None)
+            source = rule.source_for(target, like)
             if source is not None:
                 return source
         return target

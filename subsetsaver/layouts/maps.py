@@ -99,11 +99,21 @@ class Rule:
                                  fix="match numbers only where a target name writes one ({1:d}, {1:03d})")
         return format(int(capture), f"{width}d")
 
-    def source_for(self, target):
-        """The source name this rule would read ``target`` from, or None when it does not write it."""
+    def source_for(self, target, like=None):
+        """The source name this rule would read ``target`` from, or None when it does not write it;
+        ``like``: the captures of a source this rule read, whose zero-padded numbers (``000``) give the
+        width of a number the target writes plain.
+
+        >>> Rule(1, ("block_*/w",), ("block.{1:d}.w",)).source_for("block.7.w", like=("000",))
+        'block_007/w'
+        """
         for template in self.targets:
             captures = _template_captures(template)(target)
             if captures is not None and len(captures) == glob_wildcard_count(self.source_globs[0]):
+                if like is not None:
+                    captures = tuple(capture.zfill(len(sample)) if capture.isdigit() and len(sample) > 1
+                                     and sample.isdigit() and sample.startswith("0") else capture
+                                     for capture, sample in zip(captures, like))
                 return fill_glob(self.source_globs[0], captures)
         return None
 
