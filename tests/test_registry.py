@@ -7,7 +7,9 @@ import pytest
 import toy_format
 
 import subsetsaver as ss
-from subsetsaver.formats import registry, tf_bundle, tf_state
+from subsetsaver.formats import registry
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import checkpoint_state as tf_state
 
 
 @pytest.fixture

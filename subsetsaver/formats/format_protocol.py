@@ -84,7 +84,7 @@ class CheckpointFormat:
     def streams(self, path):
         """The checkpoint at ``path`` as verified streams of bytes, or None where this format (or the
         file system) reads only whole arrays. Else a context manager with ``streamable(name)``,
-        ``pieces(name, buffers)`` (see :meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`) and
+        ``pieces(name, buffers)`` (see :meth:`~subsetsaver.formats.tf.bundle.BundleReader.pieces`) and
         ``read(name)``, by the names :meth:`read` takes."""
         return None
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 
-from . import storage
+from .. import storage
 
 INDEX_SUFFIX = ".index"
 _DATA = re.compile(r"\.data-(?P<shard>\d{5})-of-(?P<count>\d{5})$")

@@ -31,8 +31,8 @@ import json
 import os
 import re
 
+from .. import storage
 from ..errors import LayoutMapError
-from ..formats import storage
 from .transforms import parse_transforms
 
 MAPS_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "maps")

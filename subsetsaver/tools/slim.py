@@ -3,7 +3,7 @@
 Fine-tuned checkpoints carry optimizer state (Adam's two moments are twice the
 weights). ``slim`` copies the kept tensors into a new checkpoint holding one at a time:
 each is read, checked against its checksum and written straight away
-(:mod:`subsetsaver.formats.tf_bundle`, no TensorFlow), then every written tensor is read
+(:mod:`subsetsaver.formats.tf.bundle`, no TensorFlow), then every written tensor is read
 back and checked against the checksum of the source's bytes before ``slim`` returns. The files appear under their final names
 only when complete. A manifest (``OUT.subset.json``) records what was kept, and the
 ``checkpoint`` state file of OUT's directory names OUT as the latest, so

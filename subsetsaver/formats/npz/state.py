@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 
-from . import storage
+from ... import storage
 
 STATE_FILENAME = "checkpoint_npz.json"
 STATE_FORMAT = "subsetsaver.npz-state"

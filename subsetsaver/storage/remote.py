@@ -41,7 +41,7 @@ import time
 
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
 from . import remote_ranges
-from .local_files import RangeReader
+from .local import RangeReader
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
 IN_FLIGHT_BYTES = 16 << 20

@@ -1,9 +1,9 @@
-"""The local file system's backend of the file layer (:mod:`subsetsaver.formats.storage`).
+"""The local file system's backend of the file layer (:mod:`subsetsaver.storage`).
 
 Reads go through ``os.preadv`` into the caller's buffer (no seek, so threads do not
 interfere). Writes are atomic and durable: the bytes go under a temporary name beside
 the target (same file system, so the rename is atomic), past the page cache in aligned
-stages where the file system allows (:mod:`~subsetsaver.formats.direct_io`; else with a
+stages where the file system allows (:mod:`~subsetsaver.storage.direct_io`; else with a
 background fdatasync every 32 MiB), an fsync at the end, the rename and an fsync of the
 directory; a large
 file the rename replaces is freed in a background thread (:func:`finish_background_work`
@@ -260,7 +260,7 @@ class LocalReader(RangeReader):
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it. A large
         read that a writer's read-back makes of a file it wrote past the page cache comes from the disk
-        (:mod:`~subsetsaver.formats.direct_io`)."""
+        (:mod:`~subsetsaver.storage.direct_io`)."""
         view, done = memoryview(buffer).cast("B"), 0
         if self._direct is not None and len(view) >= direct_io.DIRECT_FROM:
             done = self._direct.read(view, offset)
@@ -295,7 +295,7 @@ class _LocalFileSink:
     """A local temporary file that becomes ``path`` on commit: fsync, rename, fsync of the directory.
 
     Durability costs a wait for the disk; three things keep it short. Where the file system
-    allows, the bytes go to the disk past the page cache (:class:`~subsetsaver.formats.direct_io.StagedWrites`),
+    allows, the bytes go to the disk past the page cache (:class:`~subsetsaver.storage.direct_io.StagedWrites`),
     whose new pages cost more than the disk on a virtual machine. Else every
     ``_WRITEBACK_EVERY`` bytes a background thread fdatasyncs what came so far, so the
     disk works while later arrays are still being checksummed and written and the final

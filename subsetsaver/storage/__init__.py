@@ -1,10 +1,10 @@
 """The file layer: every question the library asks of files, for local paths and URLs alike.
 
 Each path goes to one backend by its scheme: local paths (no scheme, or ``file://``) to
-:mod:`~subsetsaver.formats.local_files` (``pread``, atomic durable writes, a ``flock`` per
+:mod:`~subsetsaver.storage.local` (``pread``, atomic durable writes, a ``flock`` per
 directory); bucket URLs (``gs://``, ``s3://``, ``memory://`` and whatever else fsspec
-serves) to :mod:`~subsetsaver.formats.remote_storage`; schemes only TensorFlow serves
-(``ram://``) to :mod:`~subsetsaver.formats.gfile_files`. Nothing else in the library opens,
+serves) to :mod:`~subsetsaver.storage.remote`; schemes only TensorFlow serves
+(``ram://``) to :mod:`~subsetsaver.storage.gfile`. Nothing else in the library opens,
 lists, renames or removes a checkpoint file.
 
 Every backend answers the same questions: ``exists``, ``is_directory``, ``list_directory``,
@@ -26,11 +26,12 @@ from __future__ import annotations
 import os
 import posixpath
 
-from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
+from .direct_io import reading_back
+from .local import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
-           "open_reader", "parent", "read_bytes", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
+           "open_reader", "parent", "read_bytes", "reading_back", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
            "replacing", "scheme", "size", "sync_directory", "temporary_name", "write_bytes"]
 
 
@@ -52,11 +53,11 @@ def backend(path):
     protocol = scheme(path)
     if protocol == "":
         return LOCAL
-    from . import remote_storage
+    from . import remote
 
-    if remote_storage.serves(protocol):
-        return remote_storage.backend_for(protocol)
-    from .gfile_files import GFILE
+    if remote.serves(protocol):
+        return remote.backend_for(protocol)
+    from .gfile import GFILE
 
     return GFILE
 

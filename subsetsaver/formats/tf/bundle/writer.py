@@ -32,14 +32,15 @@ import os
 
 import numpy as np
 
-from ...errors import UnsupportedDtypeError
-from .. import publish as publishing
-from .. import storage
+from .... import storage
+from ....errors import UnsupportedDtypeError
+from ... import publish as publishing
+from ...wire.crc32c import RunningCrc, crc32c, mask
+from ...wire.protobuf import decode, encode, encode_varint
 from . import dtypes as dtype_table
-from .checksums import RunningCrc, crc32c, mask
 from .index import HEADER_KEY, LITTLE_ENDIAN, READER_VERSION, data_path, index_path
 from .problems import corrupt
-from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode, encode, encode_varint
+from .proto import BUNDLE_ENTRY, BUNDLE_HEADER
 from .reader import BundleReader
 from .slices import overlaps, slice_key
 from .table import build_table, read_table

@@ -8,8 +8,9 @@ Example::
 
 from __future__ import annotations
 
-from . import npz, storage
-from .format_protocol import CheckpointFormat, Contents, TensorInfo
+from ... import storage
+from .. import npz  # the package: its reader and writer load when first used, not with the registry
+from ..format_protocol import CheckpointFormat, Contents, TensorInfo
 
 
 class NpzFormat(CheckpointFormat):
