@@ -50,9 +50,9 @@ def make_checkpoint(prefix, shift):
 
 
 def data_files(prefix):
-    from subsetsaver.formats import publish
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
-    return [path for path in publish.bundle_files(prefix) if ".data-" in path]
+    return tf_bundle.data_files(prefix)
 
 
 def drop_cache(paths):

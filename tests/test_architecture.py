@@ -245,7 +245,7 @@ def test_a_prefix_s_files_are_listed_in_one_module():
     pattern = re.compile(r"(glob\.glob|re\.compile)\([^)]*data-")  # a pattern that finds data files
     holders = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
                      if pattern.search(path.read_text(encoding="utf-8")))
-    assert holders == ["formats/publish.py"]
+    assert holders == ["formats/tf/bundle/files.py"]
 
 
 def _declared(room) -> set:
@@ -390,3 +390,11 @@ def test_names_loaded_on_first_use_are_found_and_only_their_tables_load_them():
                      if own_code.search(path.read_text(encoding="utf-8")))
     assert missing == [] and tables > 100
     assert loaders == ["cli/__init__.py"]
+
+
+@pytest.mark.parametrize("module", ["formats/checkpoint_writer.py", "formats/publish.py"])
+def test_the_one_writer_knows_formats_only_through_their_protocol(module):
+    """The writer and publishing import no format's package: what differs between formats (the commit file,
+    naming the latest, what is recorded) is declared by each format on its ``CheckpointFormat``."""
+    found = sorted({imported for imported, _, _, _ in _imports(PACKAGE / module) if _format_package(imported)})
+    assert found == []

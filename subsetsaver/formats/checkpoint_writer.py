@@ -36,7 +36,6 @@ from ..errors import (
 from . import publish, subset_manifest
 from .memory import free_idle_buffers
 from .progress import progress_bar
-from .tf import checkpoint_state
 from .wire.crc32c import RunningCrc, crc32c
 
 
@@ -142,8 +141,7 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
         verify(checkpoint_format, output, expected, parts)
     if manifest is not None:
         subset_manifest.write_manifest(output, manifest)
-    if checkpoint_format.keeps_state_file:
-        checkpoint_state.name_latest(output)
+    checkpoint_format.name_latest(output)
     return Written(output, checkpoint_format.name, tuple(name for name, _, _ in specs), nbytes,
                    tuple(checkpoint_format.files(output)))
 

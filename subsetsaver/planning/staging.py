@@ -113,7 +113,7 @@ def remove_checkpoint_files(prefix) -> None:
     except OSError:
         names = []
     temporary = [storage.join(directory, name) for name in names if name.startswith(base) and ".tempstate" in name]
-    for path in publish.bundle_files(prefix) + temporary:
+    for path in bundle.bundle_files(prefix) + temporary:
         storage.remove(path)
     storage.remove_tree(prefix + "_temp")
 

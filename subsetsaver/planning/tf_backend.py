@@ -20,8 +20,7 @@ import threading
 
 from .. import storage, tf_internals
 from ..catalog import checkpoint_contents, checkpoint_prefix, unlisted_checkpoints_error
-from ..formats import publish
-from ..formats.tf import checkpoint_state
+from ..formats.tf import bundle, checkpoint_state
 from .restore_ops import CheckpointRestoreOps
 from .staging import staged_saver_class
 
@@ -127,7 +126,7 @@ def cached_contents(prefix) -> dict:
 
 
 def _data_file_names(prefix) -> tuple:
-    return tuple(publish.data_files(prefix))
+    return tuple(bundle.data_files(prefix))
 
 
 def _files_identity(prefix, data_paths):

@@ -28,7 +28,8 @@ import os
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, InvalidOutputError
-from ..formats import checkpoint_writer, publish, registry, subset_manifest
+from ..formats import checkpoint_writer, registry, subset_manifest
+from ..formats.tf import bundle
 from ..selectors import as_selector
 
 
@@ -103,9 +104,9 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
         selector=repr(selector),
         kept=tuple(kept),
         dropped=dropped,
-        source_bytes=publish.checkpoint_bytes(source),
-        output_bytes=publish.checkpoint_bytes(output),
-        data_files=len(publish.data_files(output)),
+        source_bytes=bundle.checkpoint_bytes(source),
+        output_bytes=bundle.checkpoint_bytes(output),
+        data_files=len(bundle.data_files(output)),
         verified=True,
     )
 

@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 
 from ... import storage
 from ..format_protocol import CheckpointFormat, Contents, TensorInfo
@@ -30,6 +31,15 @@ class SafetensorsFormat(CheckpointFormat):
         tensors = tuple(TensorInfo(name, shape, dtype) for name, (shape, dtype) in found.items())
         return Contents(str(path), self.name, tensors, metadata=metadata,
                         recorded_roles=_recorded_roles(metadata, frozenset(found)))
+
+    def recorded(self, provenance) -> dict:
+        """The selection, roles by name and where the tensors came from (with the source's subset manifest)."""
+        metadata = {"format": "subsetsaver.safetensors", "selector": provenance.selector,
+                    "source": os.path.basename(provenance.source.rstrip("/")), "roles": json.dumps(provenance.roles)}
+        manifest = provenance.subset_manifest() if provenance.subset_manifest is not None else None
+        if manifest is not None:
+            metadata["subset_manifest"] = json.dumps(manifest)
+        return metadata
 
     def read(self, path, names):
         return codec.read(path, names)

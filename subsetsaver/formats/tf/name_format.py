@@ -16,7 +16,6 @@ import os
 
 from ... import storage
 from ...errors import CheckpointNotFoundError, CorruptCheckpointError
-from .. import publish
 from ..format_protocol import CheckpointFormat, Contents, TensorInfo
 from . import bundle, checkpoint_state, object_graph
 
@@ -92,10 +91,13 @@ class BundleFormat(CheckpointFormat):
         return checkpoint_prefix(path)
 
     def files(self, path) -> list:
-        return publish.bundle_files(path)
+        return bundle.bundle_files(path)
 
     def commit_file(self, path) -> str:
         return bundle.index_path(path)
+
+    def name_latest(self, path) -> None:
+        checkpoint_state.name_latest(path)
 
     def streams(self, path):
         prefix = checkpoint_prefix(path)
@@ -122,6 +124,7 @@ class BundleFormat(CheckpointFormat):
 class NameBasedFormat(BundleFormat):
     name = "name"
     description = "TensorFlow name-based (tf.compat.v1.train.Saver)"
+    takes_tf1_names = True
 
     def recognises(self, path) -> bool:
         return self._is_object_based(path) is False

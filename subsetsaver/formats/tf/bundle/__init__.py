@@ -14,6 +14,7 @@ Modules, each importing only those above it:
 - ``table``: the ``.index`` table format (LevelDB's SSTable), read and built;
 - ``dtypes``: TensorFlow's DataType enum and numpy's dtypes;
 - ``slices``: keys and geometry of the parts of partitioned variables;
+- ``files``: the files of a prefix (its ``.index`` and data shards), and their shard counts;
 - reading files at an offset goes through :mod:`subsetsaver.storage`;
 - ``index``: the parsed and checked index, :class:`TensorSpec`;
 - ``reader``: :class:`BundleReader`;  ``writer``: :class:`BundleWriter`, :func:`write`.
@@ -33,7 +34,10 @@ from . import dtypes
 from .index import FormatVersion, TensorSpec, data_path, index_path
 from .reader import BundleReader
 
-__getattr__, __dir__ = exports(__name__, names(".writer", "BundleWriter", "publish_staged", "shard_count_for", "write"))
+__getattr__, __dir__ = exports(__name__, {
+    **names(".files", "bundle_files", "checkpoint_bytes", "data_files"),
+    **names(".writer", "BundleWriter", "publish_staged", "shard_count_for", "write"),
+})
 
-__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "data_path", "dtypes", "index_path", "publish_staged",
-           "shard_count_for", "write"]
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "bundle_files", "checkpoint_bytes", "data_files",
+           "data_path", "dtypes", "index_path", "publish_staged", "shard_count_for", "write"]
