@@ -17,7 +17,8 @@ import os
 import threading
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError
-from .local import RangeReader, ended_early, temporary_name
+from .contract import RangeReader, StorageBackend
+from .local import ended_early, temporary_name
 
 _WRITE_CHUNK = 16 << 20  # tf.io.gfile takes bytes, so writes copy this much at a time
 
@@ -28,7 +29,7 @@ def _gfile():
     return tf
 
 
-class GFileFiles:
+class GFileFiles(StorageBackend):
     """``tf.io.gfile`` behind the file layer's questions."""
 
     can_rename = True

@@ -32,6 +32,7 @@ import uuid
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError, CorruptCheckpointError
 from . import direct_io
+from .contract import RangeReader, StorageBackend
 
 TEMPORARY_MARK = ".tmp-"
 # NAME.tmp-HOST-PID-RANDOM, then whatever a writer appends (.index, .data-00000-of-00001, _temp, ...)
@@ -114,7 +115,7 @@ def _running(pid) -> bool:
 # ---------------------------------------------------------------------------------
 
 
-class LocalFiles:
+class LocalFiles(StorageBackend):
     """The file layer's backend for local paths (no scheme, or ``file://``)."""
 
     can_rename = True
@@ -219,27 +220,6 @@ def _open_regular(path):
 def _check_regular(path, status):
     if not stat.S_ISREG(status.st_mode):  # a directory, a device (endless), a pipe (blocks)
         raise CorruptCheckpointError(f"'{path}' is not a regular file; restore from an intact copy of the checkpoint")
-
-
-class RangeReader:
-    """What every backend's reader shares: ``read`` on top of its ``read_into``, and ``with`` closing it.
-    A subclass sets ``path`` and ``size`` and defines ``read_into(offset, buffer)`` and ``close()``."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-        return False
-
-    def will_need(self, offset, count) -> None:
-        """A hint: bytes ``offset`` to ``offset + count`` are read next (a local file starts fetching them)."""
-
-    def read(self, offset, count) -> bytes:
-        """``count`` bytes from ``offset``; CorruptCheckpointError if the file ends first."""
-        import numpy as np
-
-        return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
 
 
 class LocalReader(RangeReader):
