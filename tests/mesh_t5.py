@@ -82,8 +82,6 @@ SelfAttention.dropout_rate = %dropout_rate
 SelfAttention.relative_attention_type = "bias_shared"
 SelfAttention.relative_attention_num_buckets = {buckets}
 transformer.sublayer_dropout.dropout_rate = %dropout_rate
-make_bitransformer.input_vocab_size = {vocab}
-make_bitransformer.output_vocab_size = {vocab}
 AdafactorOptimizer.min_dim_size_to_factor = 16
 """
 V1_1 = """
@@ -142,7 +140,8 @@ def build(variant, train=False, gin_file=None):
     batch = mtf.Dimension("batch", INPUTS.shape[0])
     inputs = mtf.import_tf_tensor(mesh, tf.constant(INPUTS), [batch, mtf.Dimension("length", INPUTS.shape[1])])
     targets = mtf.import_tf_tensor(mesh, tf.constant(TARGETS), [batch, mtf.Dimension("length", TARGETS.shape[1])])
-    model = transformer.make_bitransformer()
+    vocab = VARIANTS[variant]["vocab"]  # in code, not gin, as T5's runs pass it
+    model = transformer.make_bitransformer(input_vocab_size=vocab, output_vocab_size=vocab)
     mode = "train" if train else "infer"
     logits, loss = model.call_simple(inputs=inputs, targets=targets, compute_loss=True, mode=mode)
     # the encoder again, alone: its variables (and the shared embedding) are found by name, not made anew

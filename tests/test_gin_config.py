@@ -105,11 +105,6 @@ def test_a_scoped_binding_wins_over_the_unscoped_one_and_a_later_binding_over_an
     assert bindings.get("encoder", "A", "x", int) == 2 and bindings.get("decoder", "A", "x", int) == 1
 
 
-def test_the_vocabulary_size_is_padded_as_mesh_tensorflow_pads_it(tmp_path):
-    text = OPERATIVE + "make_bitransformer.input_vocab_size = 32100\n"
-    assert read_gin_config(written(tmp_path, text))["vocab_size"] == 32128
-
-
 def test_relu_and_position_embeddings_read_as_their_names(tmp_path):
     text = OPERATIVE.replace("['gelu', 'linear']", "'relu'") + "Unitransformer.positional_embedding = True\n"
     config = read_gin_config(written(tmp_path, text))

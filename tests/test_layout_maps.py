@@ -329,3 +329,35 @@ def test_a_capture_that_is_not_a_number_is_not_written_as_one(tmp_path):
         tmp_path / "forward.json", "stack/block_*/w", "block.{1:d}.w", "block.{block}.w"))
     assert str(error) == ("rule 1 (stack/block_*/w -> block.{1:d}.w) writes 'x' as a number; match numbers only where "
                           "a target name writes one ({1:d}, {1:03d})")
+
+
+def read_off_map(path):
+    """A group that reads its vocabulary size off the embedding's rows (the config does not say it)."""
+    return write_map(path, [{"from": "emb", "to": "wte.weight"}, {"from": "head", "to": "lm_head.weight"}],
+                     config={"keys": {"n_embd": "n_embd"}},
+                     targets={"dtypes": ["float32"], "groups": [{"config": {"vocab": ["wte.weight", 0]}, "tensors": {
+                         "wte.weight": ["vocab", "n_embd"], "lm_head.weight": ["vocab", "n_embd"]}}]})
+
+
+@pytest.mark.parametrize("head_rows, emb, message", [
+    (7, True, None),
+    (6, True, "this GPT-2 (openai/gpt-2) checkpoint has 1 tensor of the wrong shape: head gives lm_head.weight [6, 2] "
+              "where the config implies [7, 2]; convert a whole checkpoint of the family, or give the config that "
+              "describes it with --config"),
+    (7, False, "this GPT-2 (openai/gpt-2) checkpoint lacks 1 tensor the config needs: emb; convert a whole "
+               "checkpoint of the family, or give the config that describes it with --config"),
+])
+def test_a_group_reads_a_size_off_its_tensor_into_the_config(tmp_path, head_rows, emb, message):
+    arrays = {"head": np.ones((head_rows, 2), np.float32), **({"emb": np.ones((7, 2), np.float32)} if emb else {})}
+    os.makedirs(tmp_path / "ckpt")
+    tf_bundle.write(str(tmp_path / "ckpt" / "model.ckpt"), arrays)
+    with open(tmp_path / "ckpt" / "hparams.json", "w") as handle:
+        json.dump({"n_embd": 2}, handle)
+    layout = read_off_map(tmp_path / "map.json")
+    if message is not None:
+        assert str(refused(tmp_path / "ckpt" / "model.ckpt", tmp_path / "out", map=layout)) == message
+        return
+    ss.convert(tmp_path / "ckpt" / "model.ckpt", tmp_path / "out", map=layout)
+    with open(tmp_path / "out" / "config.json") as handle:
+        assert json.load(handle) == {"n_embd": 2, "vocab": 7, "activation_function": "gelu_new",
+                                     "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}

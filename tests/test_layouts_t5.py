@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 from subsetsaver.layouts.gin_config import read_gin_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,7 +119,7 @@ def test_round_trip_restores_in_mesh_tensorflow_with_the_same_outputs(variant, s
 
 
 def test_a_hugging_face_config_given_with_config_converts_the_same(saved, tmp_path):
-    """T5's own runs pass the vocabulary's size in code, not gin: a config.json given with --config says it."""
+    """A Hugging Face config.json (without the keys T5Config defaults) stands for operative_config.gin."""
     source = saved("v1.0")
     ss.convert(source / CHECKPOINT, tmp_path / "hf", map="t5-to-hf")
     with open(tmp_path / "hf" / "config.json") as handle:

@@ -113,10 +113,13 @@ def _value(node, config, expression, where):
 def expected_targets(targets, config, produced) -> tuple:
     """(target name -> (shape or None, phrase), heads found, architecture, inferred config) for ``config``;
     ``produced`` (target name -> (shape, dtype)) tells which heads are there and what they infer."""
-    expected = {}
+    expected, read = {}, _group_readings(targets, config, produced)
+    config = {**config, **read}
+    unread = {key for key, size in read.items() if size is None}
     for number, group in enumerate(targets.get("groups", ()), start=1):
-        _expand(group, config, expected, f"targets group {number}")
-    heads, inferred, architecture = [], {}, targets.get("architecture")
+        _expand(group, config, expected, f"targets group {number}", unread=unread)
+    heads, inferred, architecture = [], {key: size for key, size in read.items() if size is not None}, \
+        targets.get("architecture")
     for head, declared in targets.get("heads", {}).items():
         if not any(name in produced for name in declared["tensors"]):
             continue
@@ -133,7 +136,19 @@ def expected_targets(targets, config, produced) -> tuple:
     return expected, tuple(heads), architecture, inferred
 
 
-def _expand(group, config, expected, where, head=None):
+def _group_readings(targets, config, produced) -> dict:
+    """The sizes the groups read off their tensors (``"config": {"vocab_size": ["shared.weight", 0]}``),
+    for the keys the config does not give; None for a tensor the checkpoint lacks."""
+    read = {}
+    for group in targets.get("groups", ()):
+        for key, (tensor, axis) in group.get("config", {}).items():
+            if key not in config:
+                shape = produced[tensor][0] if tensor in produced else ()
+                read[key] = shape[axis] if axis < len(shape) else None
+    return read
+
+
+def _expand(group, config, expected, where, head=None, unread=frozenset()):
     if "when" in group and not holds(group["when"], config, where):
         return
     repeat = {placeholder: evaluate(count, config, where) for placeholder, count in group.get("repeat", {}).items()}
@@ -142,7 +157,9 @@ def _expand(group, config, expected, where, head=None):
         raise LayoutMapError(f"{where}: the config's {_counts_text(repeat)} imply {total:,} tensors; at most "
                              f"{MAX_TARGETS:,} are converted", fix="check the config file")
     phrase = f"the {head} head" if head else f"the config's {_counts_text(repeat)}" if repeat else "the config"
-    shapes = {template: tuple(evaluate(size, config, f"{where}, '{template}'") for size in shape)
+    # a shape in a size read off a tensor the checkpoint lacks is unknown: the lack is the problem named
+    shapes = {template: None if unread & _keys_in(shape) else tuple(evaluate(size, config, f"{where}, '{template}'")
+                                                                  for size in shape)
               for template, shape in group["tensors"].items()}
     for values in itertools.product(*(range(count) for count in repeat.values())):
         filling = dict(zip(repeat, values))
@@ -150,6 +167,10 @@ def _expand(group, config, expected, where, head=None):
             expected[_PLACEHOLDER.sub(lambda found, filling=filling: format(filling[found.group(1)],
                                                                              f"{found.group(2) or ''}d"), template)] \
                 = (shape, phrase)
+
+
+def _keys_in(shape) -> set:
+    return {name for size in shape if isinstance(size, str) for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", size)}
 
 
 def _counts_text(repeat) -> str:

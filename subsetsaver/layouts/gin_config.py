@@ -40,10 +40,9 @@ def read_gin_config(path) -> dict:
     ``feed_forward_proj`` (Mesh TensorFlow's activation: ``"relu"``; ``["gelu", "linear"]`` reads
     ``"gated-gelu"``; others by Mesh TensorFlow's names, whose ``"gelu"`` is the tanh approximation),
     ``tie_word_embeddings`` (the decoder's softmax shares the embedding), ``shared_embedding``
-    (encoder and decoder share one), ``position_embedding`` (``"relative_bias_shared"`` for T5),
-    and ``vocab_size`` (padded as Mesh TensorFlow pads it) when the file binds the vocabulary's size
-    (T5's runs pass it in code). The keys are named as in Hugging Face's ``T5Config`` where it has them,
-    so that a map reads either file.
+    (encoder and decoder share one) and ``position_embedding`` (``"relative_bias_shared"`` for T5).
+    Not the vocabulary's size: T5's runs pass it in code (a map reads it off the embedding). The keys
+    are named as in Hugging Face's ``T5Config`` where it has them, so that a map reads either file.
     """
     bindings = GinBindings.read(path)
     config = {"d_model": bindings.both("Unitransformer", "d_model", int),
@@ -64,11 +63,6 @@ def read_gin_config(path) -> dict:
         raise LayoutMapError(f"'{path}' scales queries at run time (SelfAttention.fold_scaling_into_initializer = "
                              "False); T5's layouts fold that scale into the query weights",
                              fix="convert a run with the T5 default (True)")
-    vocab = bindings.find("", "make_bitransformer", "input_vocab_size")
-    if vocab is not None:
-        size = bindings.value(*vocab, int)
-        divisor = bindings.both("Unitransformer", "vocab_divisor", int)
-        config["vocab_size"] = -(-size // divisor) * divisor if divisor > 0 else size
     return config
 
 

@@ -51,7 +51,7 @@ _NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::\d*d)?\}")
 _MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
 _RULE_KEYS = {"from", "to", "transform", "concat", "split"}
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
-_GROUP_KEYS = {"tensors", "repeat", "when"}
+_GROUP_KEYS = {"tensors", "repeat", "when", "config"}
 _HEAD_KEYS = {"tensors", "architecture", "infer", "config", "when"}
 _TARGET_KEYS = {"dtypes", "groups", "heads", "architecture"}
 
@@ -300,18 +300,23 @@ def _parse_targets(targets, where) -> dict:
         raise LayoutMapError(f"{where} needs \"groups\": the tensors the config implies", fix=_HOW_TO_WRITE)
     for number, group in enumerate(groups, start=1):
         _check_group(group, f"{where}, group {number}", _GROUP_KEYS)
+        _check_readings(group, ("config",), f"{where}, group {number}", "group's")
     heads = targets.get("heads", {})
     _require_object(heads, f"{where}, \"heads\"")
     for head, declared in heads.items():
         _check_group(declared, f"{where}, head '{head}'", _HEAD_KEYS)
-        for kind in ("infer", "config"):
-            _require_object(declared.get(kind, {}), f"{where}, head '{head}', \"{kind}\"")
-            for key, reading in declared.get(kind, {}).items():
-                if not (isinstance(reading, list) and len(reading) == 2 and reading[0] in declared["tensors"]
-                        and type(reading[1]) is int and reading[1] >= 0):
-                    raise LayoutMapError(f"{where}, head '{head}', \"{kind}\".\"{key}\" is [one of the head's "
-                                         "tensors, an axis]: the size read off it")
+        _check_readings(declared, ("infer", "config"), f"{where}, head '{head}'", "head's")
     return targets
+
+
+def _check_readings(group, kinds, where, whose):
+    for kind in kinds:
+        _require_object(group.get(kind, {}), f"{where}, \"{kind}\"")
+        for key, reading in group.get(kind, {}).items():
+            if not (isinstance(reading, list) and len(reading) == 2 and reading[0] in group["tensors"]
+                    and type(reading[1]) is int and reading[1] >= 0):
+                raise LayoutMapError(f"{where}, \"{kind}\".\"{key}\" is [one of the {whose} tensors, an axis]: "
+                                     "the size read off it")
 
 
 def _check_group(group, where, allowed):
