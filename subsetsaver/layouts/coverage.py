@@ -32,7 +32,7 @@ MAX_TARGETS = 1_000_000
 _SHOWN = 3
 _LONGEST_ITEM = 240
 _LONGEST_MESSAGE = 1500
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(\d*)d)?\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(0\d+|)d)?\}")
 """``{layer}`` is filled with 0, 1, ...; ``{layer:03d}`` with 000, 001, ..."""
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
 _COMPARISONS = {ast.Eq: int.__eq__, ast.NotEq: int.__ne__, ast.Lt: int.__lt__, ast.LtE: int.__le__,

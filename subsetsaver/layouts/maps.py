@@ -45,9 +45,9 @@ LAYOUTS = ("tf", "safetensors")
 MATH_ROLES = ("activation", "layer_norm_eps", "position_embedding", "tied_embeddings")
 """The config values that change a model's math: every map states each one, never copies it."""
 MAX_MAP_BYTES = 4 * 1024 * 1024
-_PLACEHOLDER = re.compile(r"\{(\d+)(?::(\d*)d)?\}")
+_PLACEHOLDER = re.compile(r"\{(\d+)(?::(0\d+|)d)?\}")
 """``{1}`` puts a capture back as it is; ``{1:d}`` as a number (``000`` -> ``0``), ``{1:03d}`` zero-padded."""
-_NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::\d*d)?\}")
+_NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(?:0\d+)?d)?\}")
 _MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
 _RULE_KEYS = {"from", "to", "transform", "concat", "split"}
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
