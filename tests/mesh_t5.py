@@ -184,8 +184,8 @@ def save(variant, out_dir):
             v1.train.Saver().save(sess, os.path.join(out_dir, "model.ckpt"), global_step=step)
         with open(os.path.join(out_dir, "operative_config.gin"), "w") as handle:
             handle.write(gin.operative_config_str())
-    with tf.Graph().as_default():  # the outputs of the inference graph, restored from the checkpoint
-        run_graph(variant, os.path.join(out_dir, "model.ckpt-1"), os.path.join(out_dir, "outputs.npz"))
+    # the outputs of the inference graph, restored from the checkpoint
+    run_graph(variant, os.path.join(out_dir, "model.ckpt-1"), os.path.join(out_dir, "outputs.npz"))
 
 
 def run_graph(variant, checkpoint, out, gin_file=None):
