@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 import subsetsaver as ss
 from subsetsaver.cli import main
-from subsetsaver.cli.plan_commands import plan_command, slim_command
+from subsetsaver.cli.plan_command import plan_command
+from subsetsaver.cli.slim_command import slim_command
 from subsetsaver.planning import plan
 
 v1 = tf.compat.v1

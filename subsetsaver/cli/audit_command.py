@@ -13,9 +13,7 @@ import sys
 
 import click
 
-from .. import catalog
-from ..audit import audit
-from ..selectors import parse
+from .. import catalog, selectors
 from .output import echo_json, meta_graph_path
 
 EXIT_ERRORS_FOUND = 1
@@ -29,8 +27,9 @@ EXIT_ERRORS_FOUND = 1
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a list.")
 def audit_command(graph, expression, fetches, as_json):
     """List what saving EXPR from the graph forgets; exit 1 if anything is an error."""
+    from ..audit import audit  # the audit, and the graph reading it needs, load only to audit
 
-    selector = parse(expression)
+    selector = selectors.parse(expression)
     cat = catalog.load(graph)
     if not cat.traceable:
         raise click.UsageError(f"--graph needs a MetaGraph file (.meta), got '{graph}'")
