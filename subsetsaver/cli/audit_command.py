@@ -26,7 +26,8 @@ EXIT_ERRORS_FOUND = 1
               help="Op or tensor that inference runs (repeatable); default: every op that computes with a variable.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a list.")
 def audit_command(graph, expression, fetches, as_json):
-    """List what saving EXPR from the graph forgets; exit 1 if anything is an error."""
+    """List what saving EXPR from the graph forgets; exit 1 if anything is an error. For MODEL.meta,
+    gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     from ..audit import audit  # the audit, and the graph reading it needs, load only to audit
 
     selector = selectors.parse(expression)

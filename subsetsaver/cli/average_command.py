@@ -23,7 +23,8 @@ from .output import echo_json
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
 def average_command(checkpoints, output, keep, weights, force, as_json):
     """Write OUT with the mean of the float tensors of CHECKPOINTS that EXPR selects; the step,
-    the optimizer state and every other tensor come from the last checkpoint.
+    the optimizer state and every other tensor come from the last checkpoint. For CHECKPOINTS and
+    OUT, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     \b
       subsetsaver average run/model-8000 run/model-9000 run/model-10000 -o avg/model

@@ -53,6 +53,7 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
     graph names its variables: full names, TF1 slot names, global_step, Adam's beta powers.
     --to object loads SOURCE (TF1 or tf.keras) into the Keras 3 model that --model builds and
     writes it with tf.train.Checkpoint (with TensorFlow), read back and checked bit-exact.
+    For SOURCE and OUTPUT, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     \b
       subsetsaver convert train/model-9000 model.safetensors --keep "trainable() | bn_stats()"

@@ -30,7 +30,7 @@ _STATUS_TEXT = {"equal": "equal", "close": "close", "changed": "changed", "only_
 def diff_command(a, b, keep, remap, atol, rtol, as_json):
     """Compare checkpoints A and B (TensorFlow checkpoints, .npz or .safetensors files) tensor by
     tensor, with totals per scope and per role. Exits 1 when a tensor differs beyond the tolerances,
-    is held by one side only, or has another shape or dtype.
+    is held by one side only, or has another shape or dtype. For A and B, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     \b
       subsetsaver diff pretrained/model finetuned/ --keep "scope('backbone')"

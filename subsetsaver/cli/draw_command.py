@@ -31,7 +31,8 @@ DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slot
               help="Picture to write: .png, .svg, .pdf (and .dot/.gv for --tree).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 def draw_command(graph, checkpoint, save, set_options, tree, output, force):
-    """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate."""
+    """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate. For CKPT
+    and MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     from ..draw import draw_plan, draw_sets  # the drawing code, and what it draws with, load only to draw
 
     prepare_output(output, force=force)

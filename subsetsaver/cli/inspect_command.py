@@ -24,7 +24,8 @@ from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, object_
 def inspect_command(checkpoint, keep, values_of, stats, as_json):
     """List the tensors of CHECKPOINT (a TensorFlow checkpoint, name- or object-based, .npz or .safetensors
     file) with bytes, totals per top-level scope, optimizer state and the subset manifest; an object-based
-    checkpoint's tensors by their recorded full names, with their object paths."""
+    checkpoint's tensors by their recorded full names, with their object paths. For CHECKPOINT,
+    gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     source = catalog.source_path(checkpoint)
     cat = catalog.file_catalog(source)
     object_based = cat.checkpoint_kind == "object"

@@ -67,6 +67,7 @@ def _sizes_json(sizes):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
     """Dry run: what EXPR saves, what is initialized, sizes, and the diff against CKPT.
+    For CKPT and MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     Exits 1 when CKPT is missing variables or has other shapes or dtypes (unless
     --on-mismatch initialize, which initializes them instead).

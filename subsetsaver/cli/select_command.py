@@ -29,7 +29,8 @@ from .output import (
 @click.option("--allow-empty", is_flag=True, help="An EXPRESSION that chooses nothing lists nothing (exit 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def select_command(expression, graph, checkpoint, explain, allow_empty, as_json):
-    """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals."""
+    """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals. For CKPT and
+    MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     selector = selectors.parse(expression)
     cat = load_source(graph, checkpoint)
     names = selector.names(cat, allow_empty=allow_empty)

@@ -20,7 +20,8 @@ from .output import echo_json, meta_graph_path
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def slim_command(checkpoint, expression, graph, output, force, as_json):
-    """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
+    """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact).
+    For CHECKPOINT and OUT, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     report = tools.slim.slim(checkpoint, expression, output, graph=graph, overwrite=force)
     if not report.dropped:
         click.echo(f"warning: --keep \"{report.selector}\" drops no tensor of {report.source}, so {report.output} "
