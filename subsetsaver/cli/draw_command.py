@@ -33,12 +33,15 @@ DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slot
 def draw_command(graph, checkpoint, save, set_options, tree, output, force):
     """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate. For CKPT
     and MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
-    from ..draw import draw_plan, draw_sets  # the drawing code, and what it draws with, load only to draw
+    # the drawing code, and what it draws with, load only to draw
+    from ..draw import dot_source_path, draw_plan, draw_sets
 
     prepare_output(output, force=force)
     extension = os.path.splitext(output)[1].lower()
     if extension in (".dot", ".gv"):
         tree = True
+    if tree and dot_source_path(output) != output:
+        prepare_output(dot_source_path(output), force=force, beside=output)
     if tree and set_options:
         raise click.UsageError("--set draws the sets diagram; --tree (or a .dot file) draws the scope tree: pick one")
     cat = load_source(graph, checkpoint)

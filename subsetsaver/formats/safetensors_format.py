@@ -8,8 +8,7 @@ Example::
 
 from __future__ import annotations
 
-import json
-
+from .. import bounded_json
 from . import safetensors_file, storage
 from .format_protocol import CheckpointFormat, Contents, TensorInfo
 
@@ -47,8 +46,8 @@ SAFETENSORS = SafetensorsFormat()
 def _recorded_roles(metadata, names):
     """Role -> names, from the ``roles`` metadata subsetsaver writes (name -> roles); None without it."""
     try:
-        recorded = json.loads(metadata.get("roles", "null"))
-    except (ValueError, RecursionError):
+        recorded = bounded_json.loads(metadata.get("roles", "null"))
+    except ValueError:
         return None
     if not isinstance(recorded, dict):
         return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 
+from ..errors import RemoteStorageError, clipped
 from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
 
 __all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
@@ -56,8 +57,11 @@ def backend(path):
 
     if remote_storage.serves(protocol):
         return remote_storage.backend_for(protocol)
-    from .gfile_files import GFILE
+    from .gfile_files import GFILE, tensorflow_serves
 
+    if not tensorflow_serves(protocol):
+        raise RemoteStorageError(f"no file system serves '{clipped(os.fspath(path))}'", os.fspath(path),
+                                 remote_storage.install_fix(protocol))
     return GFILE
 
 
