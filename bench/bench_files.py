@@ -129,7 +129,7 @@ def run(report=print_line):
     try:
         count = max(3, int(GIGABYTES * 1024 / TENSOR_MB))
         prefix = os.path.join(directory, "model")
-        from subsetsaver.formats import tf_bundle
+        from subsetsaver.formats.tf import bundle as tf_bundle
 
         rows = TENSOR_MB * 2**20 // 4 // 1024
         with tf_bundle.BundleWriter(prefix) as writer:  # a third of the tensors are 'Adam' slots

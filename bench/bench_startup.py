@@ -37,7 +37,7 @@ def _process(*arguments):
 
 
 def run(report=print_line, runs=RUNS):
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     directory = tempfile.mkdtemp(prefix="subsetsaver-startup-")
     try:

@@ -371,7 +371,7 @@ def test_rewrite_refuses_bad_rules_before_writing(fine_tune, tmp_path, run_cli):
 def test_rewrite_shows_its_table_only_with_dry_run_or_verbose(tmp_path, run_cli):
     """A rewrite that writes says what it did in one line, the number renamed among its counts; the old -> new
     table of every tensor comes with --dry-run or -v."""
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     os.makedirs(tmp_path / "source")
     source = tf_bundle.write(tmp_path / "source" / "model", {"model/w": np.ones((2, 3), np.float32),

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 FIX_WHOLE = "convert a whole checkpoint of the family, or give the config that describes it with --config"
 LAYER = ["attention/self/query/kernel", "attention/self/query/bias", "attention/self/key/kernel",

@@ -11,7 +11,8 @@ import pytest
 import subsetsaver as ss
 from subsetsaver import layouts
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2"]
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = ("bert", "albert", "gpt2")

@@ -14,7 +14,8 @@ from test_layout_coverage import bert_shapes, write_bert
 
 import subsetsaver as ss
 from subsetsaver import layouts
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 from subsetsaver.layouts.transforms import apply_all, output_spec, parse_transforms
 
 BERT_MAP = layouts.load_map("bert-to-hf").path

@@ -428,6 +428,7 @@ def test_captures_take_the_shortest_text_from_the_left():
     assert captures("layer_*/attention/**/kernel")("layer_3/attention/self/query/kernel") == ("3", "self/query/")
     assert captures("*_*")("a_b_c") == ("a", "b_c")
     assert captures("**/x")("x") == ("",) and captures("**/x")("a/x/x") == ("a/x/",)
+    assert captures("a**/b")("ax/y/b") == ("x/y",) and captures("a**/b")("ab") is None  # mid-segment: '**', then '/'
     assert captures("[ab]?*")("ab") == ("b", "")  # a class captures nothing
     assert captures("*")("a/b") is None and captures("é?")("éé") == ("é",)
     assert captures("a?*")("a\ud800\ud800") == ("\ud800", "\ud800")  # lone surrogates come back as they went in

@@ -20,7 +20,7 @@ from object_servers import Place, object_server
 from test_layout_maps import bert_checkpoint
 
 from subsetsaver import catalog
-from subsetsaver.formats import tf_bundle
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITTEN_BY_TENSORFLOW = os.path.join(HERE, "data", "written_by_tensorflow")

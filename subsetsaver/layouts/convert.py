@@ -23,8 +23,9 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
+from .. import storage
 from ..errors import LayoutMapError
-from ..formats import safetensors_file, storage
+from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
 from .coverage import check_coverage, check_family
@@ -146,7 +147,7 @@ def _source_path(layout, checkpoint):
     checkpoint = os.fspath(checkpoint)
     if layout.source_layout == "safetensors":
         path = os.path.join(checkpoint, SAFETENSORS_FILE) if os.path.isdir(checkpoint) else checkpoint
-        if not path.endswith(safetensors_file.SUFFIX) or not os.path.isfile(path):
+        if not path.endswith(safetensors.SUFFIX) or not os.path.isfile(path):
             raise LayoutMapError(f"map '{layout.name}' reads a Hugging Face directory or .safetensors file; "
                                  f"'{checkpoint}' is neither",
                                  fix=f"name a directory holding {SAFETENSORS_FILE}, or the file itself")

@@ -34,9 +34,8 @@ import dataclasses
 import os
 import re
 
-from .. import bounded_json
+from .. import bounded_json, storage
 from ..errors import LayoutMapError
-from ..formats import storage
 from ..selectors import fill_glob, glob_captures, glob_wildcard_count
 from .transforms import parse_transforms
 

@@ -42,7 +42,7 @@ import time
 from .. import bounded_json
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
 from . import remote_ranges
-from .local_files import RangeReader
+from .contract import RangeReader, StorageBackend
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
 IN_FLIGHT_BYTES = 16 << 20
@@ -105,7 +105,7 @@ def backend_for(protocol) -> RemoteStorage:
         return _backends[protocol]
 
 
-class RemoteStorage:
+class RemoteStorage(StorageBackend):
     """The file layer's backend for one fsspec protocol; paths are full URLs (``s3://bucket/dir/name``)."""
 
     can_rename = False
@@ -223,6 +223,16 @@ class RemoteStorage:
 
     def remove_directory(self, directory) -> None:
         pass
+
+    def remove_tree(self, directory) -> None:
+        """Delete every object under ``directory``; nothing to do when there is none."""
+        try:
+            with self._translated(directory, "remove"):
+                self.filesystem.rm(directory.rstrip("/"), recursive=True)
+        except FileNotFoundError:
+            pass
+        finally:
+            self._forget()
 
     def sync_directory(self, directory) -> None:
         pass  # an object is durable once its upload is finalized
