@@ -41,6 +41,9 @@ from .output import echo_json
 @click.option("--config", "config", metavar="FILE",
               help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
                    "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
+@click.option("--max-shard-size", "max_shard_size", metavar="SIZE",
+              help="With --map to Hugging Face's layout: shard the weights past SIZE (1GB, 500MB, 2GiB) as "
+                   "save_pretrained does, with model.safetensors.index.json (default: 50GB, as save_pretrained).")
 @click.option("--labels", "labels", metavar="FILE",
               help="With --map: a classifier's labels, one a line, written as id2label and label2id.")
 @click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape, "
@@ -48,7 +51,7 @@ from .output import echo_json
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
 def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
-                    labels, dry_run, force, as_json):
+                    max_shard_size, labels, dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -70,10 +73,11 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
                             ("--on-mismatch", on_mismatch), ("--remap", remap or None)):
             if given is not None:
                 raise click.UsageError(f"{flag} does not go with --map: the map says what is kept and renamed")
-        _with_map(source, output, layout_map, config=config, labels=labels, dry_run=dry_run, force=force,
-                  as_json=as_json)
+        _with_map(source, output, layout_map, config=config, labels=labels, max_shard_size=max_shard_size,
+                  dry_run=dry_run, force=force, as_json=as_json)
         return
-    for flag, given in (("--config", config), ("--labels", labels), ("--dry-run", dry_run or None)):
+    for flag, given in (("--config", config), ("--labels", labels), ("--max-shard-size", max_shard_size),
+                        ("--dry-run", dry_run or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
     if to == "object":
@@ -142,9 +146,9 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
         click.echo(f"not read: {', '.join(load.unused)}")
 
 
-def _with_map(source, output, layout_map, *, config, labels, dry_run, force, as_json):
-    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels, dry_run=dry_run,
-                             overwrite=force)
+def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry_run, force, as_json):
+    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels,
+                             max_shard_size=max_shard_size, dry_run=dry_run, overwrite=force)
     coverage = (f"coverage: {report.expected} tensors the config implies, {report.expected} found, 0 missing, "
                 f"0 extra; heads: {', '.join(report.heads) or 'none'}"
                 + (f"; loads as {report.architecture}" if report.architecture else ""))

@@ -60,7 +60,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
             }
         )
         return
-    click.echo(f"checkpoint {source} ({_KIND_NAMES[cat.checkpoint_kind]}): {len(records)} tensors, "
+    click.echo(f"checkpoint {source} ({_KIND_NAMES.get(cat.checkpoint_kind, cat.checkpoint_kind)}): {len(records)} tensors, "
                f"{format_bytes(total)}")
     headers, align = RECORD_HEADERS + (["object path"] if object_based else []), RECORD_ALIGN + ("l" if object_based
                                                                                                  else "")
