@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from .. import bounded_json
+from .. import bounded_json, storage
 from ..errors import LayoutMapError
 from .gin_config import gin_bytes, read_gin_config
 
@@ -65,8 +65,7 @@ def read_config(path) -> dict:
     if os.fspath(path).endswith(".gin"):
         return read_gin_config(path)
     try:
-        with open(path, "rb") as handle:
-            data = bounded_json.loads(handle.read(MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
+        data = bounded_json.loads(storage.read_bytes(path, MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
     except OSError as error:
         raise LayoutMapError(f"cannot read config '{path}': {error.strerror or error}") from None
     except ValueError as error:
@@ -88,6 +87,6 @@ def find_config(checkpoint, filename, given=None):
     if given is not None:
         return os.fspath(given)
     checkpoint = os.fspath(checkpoint)
-    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint) or "."
-    path = os.path.join(directory, filename)
-    return path if os.path.isfile(path) else None
+    directory = checkpoint if storage.is_directory(checkpoint) else storage.parent(checkpoint) or "."
+    path = storage.join(directory, filename)
+    return path if storage.exists(path) and not storage.is_directory(path) else None

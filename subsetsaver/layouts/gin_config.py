@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 
+from .. import storage
 from ..errors import LayoutMapError
 
 MAX_GIN_BYTES = 4 * 1024 * 1024
@@ -97,8 +98,7 @@ class GinBindings:
     @classmethod
     def read(cls, path):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_GIN_BYTES + 1)
+            data = storage.read_bytes(path, MAX_GIN_BYTES + 1)
         except OSError as error:
             raise LayoutMapError(f"cannot read gin config '{path}': {error.strerror or error}") from None
         if len(data) > MAX_GIN_BYTES:
