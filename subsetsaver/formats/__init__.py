@@ -43,6 +43,6 @@ Example::
     npz_state.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "local_files", "meta_graph", "name_format", "npz",
+__all__ = ["checkpoint_writer", "format_protocol", "gfile_files", "keras_h5", "local_files", "meta_graph", "name_format", "npz",
            "npz_format", "npz_state", "object_format", "progress", "publish", "registry", "remote_ranges", "remote_storage", "safetensors_file",
            "safetensors_format", "storage", "subset_manifest", "tf_bundle", "tf_index", "tf_object_graph", "tf_state"]

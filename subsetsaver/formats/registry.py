@@ -18,13 +18,14 @@ import os
 
 from ..errors import CheckpointNotFoundError, UnknownFormatError
 from . import storage
+from .keras_h5 import KERAS_H5
 from .name_format import NAME, checkpoint_prefix
 from .npz_format import NPZ
 from .object_format import OBJECT
 from .safetensors_format import SAFETENSORS
 
 # In the order a path is tried: formats known by their file's name first, the TensorFlow bundles last.
-FORMATS = [NPZ, SAFETENSORS, OBJECT, NAME]
+FORMATS = [NPZ, SAFETENSORS, KERAS_H5, OBJECT, NAME]
 
 
 def register(checkpoint_format) -> None:
