@@ -76,7 +76,7 @@ def match_by_name(weights, view, chosen, remap) -> Pairing:
     names = list(weights.variables)
     _check_rules_used(names, remap, weights.label)
     keys = with_legacy_names(checkpoint_names(names, remap), weights, view)
-    expected = [(name, keys[name], *weights.spec(name)) for name in chosen]
+    expected = [expected_spec(weights, view, name, keys[name]) for name in chosen]
     findings = [Finding(problem) for problem in compare_contents(expected, view.contents)]
     read = set(keys.values())
     unmatched = [name for name in view.weights if name not in read]
@@ -106,7 +106,7 @@ def match_by_object_path(model, weights, view, chosen, remap) -> Pairing:
         return match_by_name(weights, view, chosen, remap)  # remap rules speak of names
     rest = {name: weights.variables[name] for name in weights.variables if name not in found}
     keys = {**with_legacy_names(checkpoint_names(list(rest), remap), weights, view), **found}
-    expected = [(name, keys[name], *weights.spec(name)) for name in chosen]
+    expected = [expected_spec(weights, view, name, keys[name]) for name in chosen]
     findings = [Finding(problem) for problem in compare_contents(expected, view.contents)]
     read = set(keys.values())
     findings += [_unexpected(view, name, "no model variable reads it") for name in view.weights if name not in read]
@@ -122,6 +122,16 @@ def with_legacy_names(keys, weights, view) -> dict:
         if key is not None and key not in view.contents and legacy_key(key, leaf) in view.contents:
             found[name] = legacy_key(key, leaf)
     return found
+
+
+def expected_spec(weights, view, name, key) -> tuple:
+    """``(name, key, shape, dtype)`` that checkpoint tensor ``key`` must have for weight ``name``: the weight's
+    own, or tf_keras's wider dtype for a weight Keras 3 keeps narrower, where the checkpoint holds that."""
+    shape, dtype = weights.spec(name)
+    found = view.contents.get(key)
+    if found is not None and weights.retyped.get(name) == found[1]:
+        dtype = found[1]
+    return name, key, shape, dtype
 
 
 def object_paths(model) -> dict:

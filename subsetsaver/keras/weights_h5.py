@@ -25,7 +25,7 @@ import os
 
 from .. import catalog as catalog_module
 from .. import tf_internals
-from ..errors import CorruptCheckpointError, InvalidOutputError
+from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError
 from ..formats import checkpoint_writer, keras_h5, publish, storage
 from .checkpoint_side import checkpoint_path
 from .convert import built_model, difference, import_builder, label_of
@@ -73,7 +73,11 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
     if not catalog_module.is_keras_model(model):
         raise TypeError(f"model builder '{label}' returned a {type(model).__name__}; a .weights.h5 file is a Keras 3 "
                         "model's")
-    report = load_checkpoint(model, source, remap=remap, match=match)
+    try:
+        report = load_checkpoint(model, source, remap=remap, match=match)
+    except CheckpointMismatchError as error:  # every weight is filled here: leaving some as built is no remedy
+        fixes = [fix for fix in error.fixes if fix.argument != "on_mismatch"]
+        raise CheckpointMismatchError(error.reason, error.problems, fixes=fixes, path=error.path) from None
     with checkpoint_writer.writing(output, keras_h5.KERAS_H5, sources=[source], overwrite=overwrite) as staged:
         written = staged + keras_h5.weights_file.SUFFIX  # Keras writes only names that end so
         try:
@@ -126,7 +130,7 @@ def _verify(model, report, source, written, output) -> tuple:
     got_values = keras_h5.weights_file.read(written, [where[weight] for weight in weights])
     expected_values = catalog_module.read_tensors(source, [loaded[weight] for weight in weights])
     for weight, (dataset, got), (key, expected) in zip(weights, got_values, expected_values):
-        why = difference(got, expected)
+        why = difference(got, expected, counter=got.shape == ())  # an integer scalar compares by value (legacy_names)
         if why:
             raise CorruptCheckpointError(f"Keras weights file '{output}' does not hold what was loaded from "
                                          f"'{source}': '{dataset}' (weight '{weight}') {why} '{key}'", path=output)
