@@ -129,7 +129,7 @@ def converted(tmp_path_factory):
 def test_a_tf_keras_mobilenet_v2_loads_in_keras_3_on_torch_with_no_remap(converted):
     expected, got, printed = converted["MobileNetV2"]
     assert printed.splitlines()[0] == ("wrote Keras weights file MobileNetV2/out/net.weights.h5: 262 tensors, "
-                                       "1.7 MB (from MobileNetV2/model-1, through builders.py:mobilenet_v2); all 262 "
+                                       "1.6 MB (from MobileNetV2/model-1, through builders.py:mobilenet_v2); all 262 "
                                        "weights read back bit-exact")
     assert got.shape == expected.shape == (8, 10)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
