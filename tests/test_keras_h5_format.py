@@ -124,3 +124,18 @@ def test_a_file_that_is_no_hdf5_file_is_refused(tmp_path):
         KERAS_H5.contents(str(path))
     assert str(refused.value).startswith(f"'{path}' is not a readable Keras weights file: it is not an HDF5 file (")
     assert len(str(refused.value)) < 2048
+
+
+def test_a_keras_file_in_a_bucket_is_read_through_the_file_layer(saved):
+    fsspec = pytest.importorskip("fsspec", reason="memory:// needs fsspec (the remote extra)")
+    model, path = saved
+    url = "memory://weights-test/net.weights.h5"
+    with open(path, "rb") as local:
+        fsspec.filesystem("memory").pipe(url, local.read())
+    try:
+        assert registry.format_of(url) is KERAS_H5
+        assert names_of(url) == names_of(path)
+        remote, local_values = dict(KERAS_H5.read(url, names_of(url))), dict(KERAS_H5.read(path, names_of(path)))
+        assert all(remote[name].tobytes() == local_values[name].tobytes() for name in names_of(path))
+    finally:
+        fsspec.filesystem("memory").rm(url)

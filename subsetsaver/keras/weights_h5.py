@@ -111,7 +111,7 @@ def _verify(model, report, source, written, output) -> tuple:
     layers = {}
     for layer in tf_internals.keras_sublayers(model):
         layers.setdefault(layer.name, []).append(layer)
-    path_of = {id(variable): path for path, variable in ((v.path, v) for v in model.weights)}
+    path_of = {id(variable): variable.path for variable in model.weights}
     where = {}
     for group, name in keras_h5.weights_file.layer_names(written).items():
         for layer in layers.get(name, ()):

@@ -42,7 +42,7 @@ _NUMBER_KINDS = "biuf"
 
 
 def specs(path) -> dict:
-    """``{name: (shape, dtype name)}`` of every dataset, in the order of the walk (sorted within a group)."""
+    """``{name: (shape, dtype name)}`` of every dataset, in the order of their paths (``vars/10`` after ``vars/9``)."""
     with _opened(path) as h5:
         return {name: (tuple(int(d) for d in dataset.shape), _dtype_name(path, name, dataset))
                 for name, dataset in _datasets(path, h5)}
