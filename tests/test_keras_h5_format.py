@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import registry
-from subsetsaver.formats.keras_h5 import KERAS_H5, weights_file
+from subsetsaver.formats import keras_h5, registry
+from subsetsaver.formats.keras_h5 import KERAS_H5
 
 
 def small_model(name="net", units=3):
@@ -41,7 +41,7 @@ def test_a_keras_file_is_recognised_and_read_at_its_dataset_paths(saved):
     values = dict(KERAS_H5.read(path, names_of(path)))
     for name, weight in zip(names_of(path), model.weights):
         assert values[name].tobytes() == np.asarray(weight.numpy()).tobytes(), name
-    assert weights_file.layer_names(path) == {"layers/dense": "hidden", "layers/depthwise_conv1d": "depthwise"}
+    assert keras_h5.layer_names(path) == {"layers/dense": "hidden", "layers/depthwise_conv1d": "depthwise"}
 
 
 def test_what_the_format_writes_keras_loads_bfloat16_included(tmp_path, saved):
@@ -49,7 +49,7 @@ def test_what_the_format_writes_keras_loads_bfloat16_included(tmp_path, saved):
     values = dict(KERAS_H5.read(path, names_of(path)))
     values["layers/dense/vars/1"] = np.array([1.5, -2.0, 3.25], dtype=ml_dtypes.bfloat16)
     written = tmp_path / "copy.weights.h5"
-    weights_file.write(str(written), values.items())
+    keras_h5.write(str(written), values.items())
     assert KERAS_H5.read(str(written), ["layers/dense/vars/1"]).__next__()[1].dtype == ml_dtypes.bfloat16
     inputs = keras.Input((4,))
     hidden = keras.layers.Dense(3, name="hidden", dtype="bfloat16")(inputs)
@@ -62,7 +62,7 @@ def test_what_the_format_writes_keras_loads_bfloat16_included(tmp_path, saved):
 
 def test_a_name_keras_cannot_read_is_refused_before_writing(tmp_path):
     with pytest.raises(ss.SubsetSaverError) as refused:
-        weights_file.write(str(tmp_path / "x.weights.h5"), [("conv_1/w", np.zeros(2, np.float32))])
+        keras_h5.write(str(tmp_path / "x.weights.h5"), [("conv_1/w", np.zeros(2, np.float32))])
     assert str(refused.value) == ("cannot write tensor 'conv_1/w' to a Keras weights file: Keras reads tensors at "
                                   "PATH/vars/INDEX only; write a checkpoint of another format into one with --to "
                                   "keras --model MODULE:FUNCTION")

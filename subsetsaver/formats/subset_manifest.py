@@ -4,7 +4,7 @@
 the checkpoint, shape, dtype, bytes), the names left to initialization, and the library
 and TensorFlow versions. ``inspect``, a later restore and users read it to tell a
 trainable-only checkpoint from a full one without opening the data. It is written
-atomically (:func:`subsetsaver.formats.storage.write_bytes`), so a reader never sees half a
+atomically (:func:`subsetsaver.storage.write_bytes`), so a reader never sees half a
 manifest.
 
 Example::
@@ -21,9 +21,9 @@ import datetime
 import json
 import os
 
+from .. import bounded_json, storage
 from ..errors import CorruptCheckpointError
 from ..version import versions
-from . import storage
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"
@@ -80,8 +80,8 @@ def read_manifest(prefix) -> dict | None:
     except FileNotFoundError:
         return None
     try:
-        content = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
+        content = bounded_json.loads(data, max_bytes=MAX_MANIFEST_BYTES)
+    except ValueError as error:
         raise CorruptCheckpointError(f"manifest '{path}' is not valid JSON ({error}); delete it or rewrite it") from error
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise CorruptCheckpointError(f"'{path}' is not a subsetsaver manifest (no \"format\": \"{FORMAT}\")")

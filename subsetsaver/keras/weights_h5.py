@@ -24,9 +24,9 @@ import math
 import os
 
 from .. import catalog as catalog_module
-from .. import tf_internals
+from .. import storage, tf_internals
 from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError
-from ..formats import checkpoint_writer, keras_h5, publish, storage
+from ..formats import checkpoint_writer, keras_h5, publish
 from .checkpoint_side import checkpoint_path
 from .convert import built_model, difference, import_builder, label_of
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
@@ -79,7 +79,7 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
         fixes = [fix for fix in error.fixes if fix.argument != "on_mismatch"]
         raise CheckpointMismatchError(error.reason, error.problems, fixes=fixes, path=error.path) from None
     with checkpoint_writer.writing(output, keras_h5.KERAS_H5, sources=[source], overwrite=overwrite) as staged:
-        written = staged + keras_h5.weights_file.SUFFIX  # Keras writes only names that end so
+        written = staged + keras_h5.SUFFIX  # Keras writes only names that end so
         try:
             model.save_weights(written)
             verified = _verify(model, report, source, written, output)
@@ -94,10 +94,10 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
 
 def _checked_output(output) -> str:
     output = os.fspath(output)
-    if not output.endswith(keras_h5.weights_file.SUFFIX):
+    if not output.endswith(keras_h5.SUFFIX):
         stem = output[:-3] if output.endswith(".h5") else output
         raise InvalidOutputError(f"output '{output}': Keras 3's load_weights reads only files named *.weights.h5; "
-                                 f"name it '{stem}{keras_h5.weights_file.SUFFIX}'", path=output)
+                                 f"name it '{stem}{keras_h5.SUFFIX}'", path=output)
     if not storage.is_local(output):
         raise InvalidOutputError(f"output '{output}': a Keras weights file is written to a local path; write it "
                                  "locally, then copy it", path=output)
@@ -113,7 +113,7 @@ def _verify(model, report, source, written, output) -> tuple:
         layers.setdefault(layer.name, []).append(layer)
     path_of = {id(variable): variable.path for variable in model.weights}
     where = {}
-    for group, name in keras_h5.weights_file.layer_names(written).items():
+    for group, name in keras_h5.layer_names(written).items():
         for layer in layers.get(name, ()):
             saved = {}
             layer.save_own_variables(saved)
@@ -127,7 +127,7 @@ def _verify(model, report, source, written, output) -> tuple:
         raise CorruptCheckpointError(f"Keras weights file '{output}' holds no dataset for {len(lost)} loaded weights "
                                      f"({', '.join(lost[:3])}); it is not put in place", path=output)
     weights = list(loaded)
-    got_values = keras_h5.weights_file.read(written, [where[weight] for weight in weights])
+    got_values = keras_h5.read(written, [where[weight] for weight in weights])
     expected_values = catalog_module.read_tensors(source, [loaded[weight] for weight in weights])
     for weight, (dataset, got), (key, expected) in zip(weights, got_values, expected_values):
         why = difference(got, expected, counter=got.shape == ())  # an integer scalar compares by value (legacy_names)

@@ -1,0 +1,549 @@
+"""Checkpoint files in object stores (Cloud Storage, S3, ``memory://``, ...) through fsspec, without TensorFlow.
+
+One ``RemoteStorage`` per protocol answers the file layer's questions for full URLs such as
+``gs://bucket/run/model.ckpt-5.index``. fsspec and the store's client library (gcsfs, s3fs) are
+imported when the first URL of that protocol is used, and find their credentials as they always do.
+
+- Reads fetch only the byte ranges asked for: neighbouring ranges are merged when little lies between
+  them; a long run is one streamed request (``remote_ranges``), other ranges go in parts, several in
+  flight. Memory holds the range being handed out plus at most ``IN_FLIGHT_BYTES`` requested ahead.
+- An object written through ``replacing`` appears whole when the block ends cleanly and never
+  appears if it raises: the upload is finalized on close and cancelled on error. Object stores have
+  no rename (``can_rename`` is False): writers upload data first and the commit object last.
+- ``hold_directory`` creates a lock object naming its holder, only if none exists (a conditional
+  create where the store has one), and removes it when the process exits.
+- An answer about an object (is it there, its size, is it a "directory", a whole small object) is
+  reused for ``METADATA_FRESH_SECONDS``: opening one checkpoint asks the same few questions many times,
+  and each is a round trip. This process's own writes forget every answer at once.
+
+Example::
+
+    RemoteStorage("gs").size("gs://bucket/run/model.ckpt-5.index")  # 4117
+    [bytes(part) for part in RemoteStorage("gs").read_ranges("gs://bucket/run/notes.txt", [(0, 5), (9, 3)])]
+    # [b'hello', b'abc']
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import datetime
+import io
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from .. import bounded_json
+from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
+from . import remote_ranges
+from .contract import RangeReader, StorageBackend
+from .remote_ranges import MERGE_GAP, Block, merge_ranges
+
+IN_FLIGHT_BYTES = 16 << 20
+"""Most bytes requested ahead of the range being handed out."""
+MAX_REQUESTS = 16
+"""Most requests in flight at once."""
+UPLOAD_BLOCK = 16 << 20
+"""Bytes buffered before an upload sends a part (S3 needs 5 MiB or more, Cloud Storage a multiple of 256 KiB)."""
+METADATA_FRESH_SECONDS = 2.0
+"""How long an answer about an object is reused; another process's change is seen at most this late."""
+MEMO_OBJECT_BYTES = 4 << 20
+"""Largest whole object whose bytes are reused like an answer (an index, a state file, a manifest)."""
+LOCK_NAME = ".subsetsaver-writer.lock"
+"""The lock object a writer creates in a checkpoint directory of an object store."""
+
+EXTRAS = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
+CREDENTIALS = {
+    "gcs": "gcsfs reads GOOGLE_APPLICATION_CREDENTIALS (a service-account key file), the credentials of "
+           "'gcloud auth application-default login', or the metadata server on Google Cloud "
+           "(STORAGE_EMULATOR_HOST points it at an emulator); check them and the bucket's permissions",
+    "s3": "s3fs (botocore) reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN), "
+          "AWS_PROFILE and ~/.aws/credentials, or an instance role (AWS_ENDPOINT_URL points it at another "
+          "S3-compatible store); check them and the bucket's permissions",
+}
+_CREDENTIAL_SIGNS = ("credential", "forbidden", "accessdenied", "access denied", "invalidaccesskeyid",
+                     "signaturedoesnotmatch", "unauthorized", "401", "403", "expiredtoken", "invalid_grant")
+
+
+_backends = {}
+_backends_lock = threading.Lock()
+
+
+def serves(protocol) -> bool:
+    """Whether URLs of ``protocol`` go through fsspec: Cloud Storage and S3 always (a missing client library
+    is then a clear error), any other protocol fsspec knows when fsspec is installed."""
+    if protocol in EXTRAS:
+        return True
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:
+        return False
+    return protocol in known_implementations or protocol in registry
+
+
+def install_fix(protocol) -> str:
+    """What to install for URLs of ``protocol``: the extra of Cloud Storage and S3, else fsspec and the
+    package of its implementation."""
+    extra = EXTRAS.get(protocol)
+    if extra:
+        return f"install the client library: pip install 'subsetsaver[{extra}]'"
+    return (f"install fsspec (pip install fsspec), which serves '{protocol}://' itself or through the package "
+            "its documentation names (adlfs for az://, ...)")
+
+
+def backend_for(protocol) -> RemoteStorage:
+    """The one ``RemoteStorage`` of ``protocol`` in this process."""
+    with _backends_lock:
+        if protocol not in _backends:
+            _backends[protocol] = RemoteStorage(protocol)
+        return _backends[protocol]
+
+
+class RemoteStorage(StorageBackend):
+    """The file layer's backend for one fsspec protocol; paths are full URLs (``s3://bucket/dir/name``)."""
+
+    can_rename = False
+
+    def __init__(self, protocol: str):
+        self.protocol = protocol
+        self._filesystem = None
+        self._lock = threading.Lock()
+        self._held = {}  # directory URL -> URL of the lock object this process created there
+        self._executor = None  # threads for file systems without an event loop (memory://)
+        self._memo = {}  # (question, URL) -> (monotonic time asked, answer); see METADATA_FRESH_SECONDS
+
+    @property
+    def filesystem(self):
+        """The fsspec file system, made on first use (listings are never cached: other processes write too)."""
+        if self._filesystem is None:
+            with self._translated(f"{self.protocol}://", "open a connection to"):
+                import fsspec
+
+                self._filesystem = fsspec.filesystem(self.protocol, use_listings_cache=False)
+        return self._filesystem
+
+    def exists(self, path) -> bool:
+        return self._info(path) is not None
+
+    def is_directory(self, path) -> bool:
+        def ask():
+            with self._translated(path, "look for"):
+                return bool(self.filesystem.isdir(path))
+        return self._remembered("is_directory", path, ask)
+
+    def list_directory(self, directory) -> list:
+        """The base names in ``directory``, sorted; FileNotFoundError when nothing is there."""
+        with self._translated(directory, "list"):
+            entries = self.filesystem.ls(directory, detail=False)
+        return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
+
+    def size(self, path) -> int:
+        """The object's length in bytes; FileNotFoundError when there is none."""
+        info = self._info(path)
+        if info is None:
+            raise FileNotFoundError(f"no object '{path}'")
+        if info.get("type") == "directory":
+            raise FileNotFoundError(f"'{path}' is a directory, not an object")
+        return int(info["size"])
+
+    def read_bytes(self, path, limit=None) -> bytes:
+        """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""
+        if limit is None:
+            def ask():
+                with self._translated(path, "read"):
+                    data = self.filesystem.cat_file(path)
+                return data if len(data) <= MEMO_OBJECT_BYTES else _Unremembered(data)
+            data = self._remembered("read_bytes", path, ask)
+            return data.value if isinstance(data, _Unremembered) else data
+        if limit <= 0:
+            return b""
+        try:
+            with self._translated(path, "read"):
+                return self.filesystem.cat_file(path, start=0, end=int(limit))
+        except RemoteStorageError:
+            if self.size(path) == 0:  # S3 answers a range of an empty object with an error
+                return b""
+            raise
+
+    def read_ranges(self, path, ranges, into=None):
+        """Yield the bytes of each ``(offset, length)`` of ``path``, in the order given, as they arrive.
+
+        Ranges that follow each other closely are fetched in one request, long ones in parts, with
+        several requests in flight. Each item is a read-only memoryview, valid as long as it is held;
+        with ``into`` (one writable buffer of each range's length), the buffer, filled: a long range
+        then lands there directly, with no copy held beside it. CorruptCheckpointError when the
+        object ends before a range does.
+        """
+        ranges = [(int(offset), int(length)) for offset, length in ranges]
+        for offset, length in ranges:
+            if offset < 0 or length < 0:
+                raise ValueError(f"a byte range of '{path}' has a negative offset or length: {(offset, length)}")
+        if into is not None:
+            into = [memoryview(buffer).cast("B") for buffer in into]
+            if [len(view) for view in into] != [length for _, length in ranges]:
+                raise ValueError(f"read_ranges of '{path}' needs one buffer of each range's length in into=")
+        return self._stream(path, merge_ranges(ranges, into))
+
+    @contextlib.contextmanager
+    def replacing(self, path):
+        """A sink with ``.write(buffer)``: the object appears whole when the block ends, never if it raises.
+
+        with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
+            sink.write(index_bytes)
+        """
+        with self._translated(path, "start writing", absent_is_error=True):
+            sink = _UploadSink(self.filesystem, path)
+        try:
+            yield sink
+            with self._translated(path, "finish writing", absent_is_error=True):
+                sink.finish()
+        except BaseException:
+            sink.discard()
+            raise
+        finally:
+            self._forget()
+
+    def open_reader(self, path):
+        """A reader of ``path`` for ranged reads (``.size``, ``.read``, ``.read_into``, ``.read_ranges``);
+        FileNotFoundError when there is no such object."""
+        return RemoteReader(self, path)
+
+    def rename(self, source, target) -> None:
+        raise OSError(f"object stores cannot rename '{source}' to '{target}': write '{target}' itself, the "
+                      "commit object last")
+
+    def make_directories(self, directory) -> list:
+        return []  # object stores have no directories: a name with slashes is enough
+
+    def remove_directory(self, directory) -> None:
+        pass
+
+    def remove_tree(self, directory) -> None:
+        """Delete every object under ``directory``; nothing to do when there is none."""
+        try:
+            with self._translated(directory, "remove"):
+                self.filesystem.rm(directory.rstrip("/"), recursive=True)
+        except FileNotFoundError:
+            pass
+        finally:
+            self._forget()
+
+    def sync_directory(self, directory) -> None:
+        pass  # an object is durable once its upload is finalized
+
+    def remove_abandoned(self, directory) -> list:
+        return []  # an upload that never finished never became an object
+
+    def identity(self, path):
+        return None
+
+    def modified(self, path) -> int:
+        """When the object was last written, in nanoseconds since the epoch; FileNotFoundError when absent."""
+        with self._translated(path, "look for"):
+            when = self.filesystem.modified(path)
+        return int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else int(when)
+
+    def remove(self, path) -> None:
+        """Delete the object; nothing to do when it is absent."""
+        try:
+            with self._translated(path, "remove"):
+                self.filesystem.rm_file(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            self._forget()
+
+    def hold_directory(self, directory) -> None:
+        """Take (or keep) this process's writer lock on ``directory``; CheckpointWriteError if another holds it.
+
+        The lock is an object ``LOCK_NAME`` in the directory, created only if absent, naming its holder;
+        it is removed when the process exits. A holder on this host whose process is gone is replaced.
+        """
+        directory = directory.rstrip("/")
+        lock_url = f"{directory}/{LOCK_NAME}"
+        with self._lock:
+            if directory in self._held:
+                return
+            holder = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                 "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+            for attempt in range(2):
+                try:
+                    with self._translated(lock_url, "create the writer lock"):
+                        self._create_exclusively(lock_url, holder.encode())
+                    break
+                except FileExistsError:
+                    other = self._holder(lock_url)
+                    if attempt == 0 and _is_gone(other):
+                        self.remove(lock_url)
+                        continue
+                    raise CheckpointWriteError(
+                        f"another process ({_describe(other)}) is saving checkpoints in '{directory}'; two "
+                        "writers in one directory replace each other's files: give each run its own directory, "
+                        f"or stop the other process first (if it was killed, remove '{lock_url}')") from None
+            if not self._held:
+                atexit.register(self.release_all)
+            self._held[directory] = lock_url
+
+    def release_all(self) -> None:
+        """Remove the lock objects this process created (run at exit)."""
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        for lock_url in held:
+            with contextlib.suppress(Exception):
+                self.remove(lock_url)
+
+    def _info(self, path):
+        """fsspec's ``info`` of ``path``, or None when nothing is there; remembered (see METADATA_FRESH_SECONDS)."""
+        def ask():
+            try:
+                with self._translated(path, "look for"):
+                    return self.filesystem.info(path)
+            except FileNotFoundError:
+                return None
+        return self._remembered("info", path, ask)
+
+    def _remembered(self, question, path, ask):
+        """The answer to ``question`` about ``path``: a fresh one remembered, else ``ask()`` (and remember it).
+        The writer lock's object is always asked anew."""
+        if path.rstrip("/").endswith("/" + LOCK_NAME):
+            return ask()
+        key = (question, path)
+        now = time.monotonic()
+        remembered = self._memo.get(key)
+        if remembered is not None and now - remembered[0] < METADATA_FRESH_SECONDS:
+            return remembered[1]
+        answer = ask()
+        if not isinstance(answer, _Unremembered):
+            self._memo[key] = (now, answer)
+        return answer
+
+    def _forget(self):
+        """Drop every remembered answer: this process has just changed the store."""
+        self._memo.clear()
+
+    def _create_exclusively(self, path, data):
+        try:
+            self.filesystem.pipe_file(path, data, mode="create")
+        except TypeError:  # a file system without conditional writes: a check, then a write
+            if self.filesystem.exists(path):
+                raise FileExistsError(path) from None
+            self.filesystem.pipe_file(path, data)
+
+    def _holder(self, lock_url):
+        try:
+            return bounded_json.loads(self.read_bytes(lock_url, 4096))
+        except (FileNotFoundError, ValueError, SubsetSaverError):
+            return {}
+
+    def fill(self, path, offset, buffer):
+        """Fill ``buffer`` (contiguous, writable) with the bytes of ``path`` from ``offset``, in parallel parts."""
+        block = Block(offset, memoryview(buffer).nbytes, into=buffer, target=memoryview(buffer).cast("B"))
+        for _ in self._stream(path, [block]):
+            pass
+        return buffer
+
+    def _stream(self, path, blocks):
+        """The views of ``blocks`` in order: a long run in one streamed request, the rest in parts."""
+        opener, batch = remote_ranges.body_reader(self.filesystem), []
+        for run in remote_ranges.runs(blocks, MERGE_GAP) if opener else [blocks]:
+            if opener and remote_ranges.worth_streaming(run):
+                yield from self._in_parts(path, batch)
+                batch = []
+                try:
+                    with self._translated(path, "read"):
+                        yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
+                except RemoteStorageError:  # a range past the end is refused, not cut short; else the
+                    self._check_reaches(path, run[-1].end)  # stream broke: parts (with retries) read the rest
+                    yield from self._in_parts(path, [block for block in run if not block.handed_out])
+            else:
+                batch.extend(run)
+        yield from self._in_parts(path, batch)
+
+    def _in_parts(self, path, blocks):
+        filesystem = self.filesystem
+        parts = collections.deque((block, start, end) for block in blocks for start, end in block.parts())
+        pending = collections.deque()  # (block, start, end, future), in the order of `parts`
+        in_flight = 0
+        try:
+            for block in blocks:
+                if block.length == 0:
+                    yield from block.views()
+                    continue
+                while block.missing:
+                    while parts and len(pending) < MAX_REQUESTS and (not pending or in_flight < IN_FLIGHT_BYTES):
+                        part_block, start, end = parts.popleft()
+                        pending.append((part_block, start, end, self._fetch(filesystem, path, start, end)))
+                        in_flight += end - start
+                    part_block, start, end, future = pending.popleft()
+                    in_flight -= end - start
+                    data = self._result(path, future, start, end)
+                    part_block.fill(start, data)
+                yield from block.views()
+                block.release()
+        finally:
+            for *_, future in pending:
+                future.cancel()
+
+    def _fetch(self, filesystem, path, start, end):
+        if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
+            import asyncio  # loaded with the first remote read, not by every command
+
+            return asyncio.run_coroutine_threadsafe(filesystem._cat_file(path, start=start, end=end),
+                                                    filesystem.loop)
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(MAX_REQUESTS, thread_name_prefix="subsetsaver-read")
+        return self._executor.submit(filesystem.cat_file, path, start=start, end=end)
+
+    def _result(self, path, future, start, end):
+        try:
+            with self._translated(path, "read"):
+                data = future.result()
+        except SubsetSaverError:
+            self._check_reaches(path, end)
+            raise
+        if len(data) != end - start:
+            self._ended_early(path, start + len(data), end)
+        return data
+
+    def _ended_early(self, path, position, end):
+        self._check_reaches(path, end)
+        raise CorruptCheckpointError(f"'{path}' ended at byte {position} while bytes up to {end} were read; the "
+                                     "object changed while it was read: read it again")
+
+    def _check_reaches(self, path, end):
+        size = self.size(path)
+        if size < end:
+            raise CorruptCheckpointError(
+                f"'{path}' is {size} bytes long but its index says bytes up to {end} are in it: the object is "
+                "short (an upload that did not finish, or a data file of another checkpoint); write the "
+                "checkpoint again")
+
+    @contextlib.contextmanager
+    def _translated(self, url, action, absent_is_error=False):
+        """Errors of fsspec and the client libraries as RemoteStorageError; FileNotFoundError stays itself
+        unless ``absent_is_error`` (a write's: the bucket is missing)."""
+        try:
+            yield
+        except FileNotFoundError as error:
+            if not absent_is_error:
+                raise
+            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
+                                     "check the bucket's name, or create the bucket first") from error
+        except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
+            raise
+        except ImportError as error:
+            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
+                                     install_fix(self.protocol)) from error
+        except Exception as error:
+            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
+                                     self._fix_for(error)) from error
+
+    def _fix_for(self, error):
+        text = f"{type(error).__name__} {error} {getattr(error, 'code', '')}".lower()
+        if isinstance(error, PermissionError) or any(sign in text for sign in _CREDENTIAL_SIGNS):
+            return CREDENTIALS.get(EXTRAS.get(self.protocol), "check the store's credentials and permissions")
+        if "nosuchbucket" in text or "bucket does not exist" in text or "not found" in text:
+            return "check the bucket's name, or create the bucket first"
+        return "check the URL, the network and the store's status, then try again"
+
+
+class RemoteReader(RangeReader):
+    """An object read in ranges; ``size`` is asked once, when it is opened.
+
+    with RemoteStorage("s3").open_reader("s3://bucket/run/model.data-00000-of-00001") as data:
+        data.size, data.read(0, 4)
+    # (2097164, b'\\x00\\x00\\xc0?')
+    """
+
+    def __init__(self, storage, path):
+        self.storage, self.path = storage, path
+        self.size = storage.size(path)
+
+    def read_into(self, offset, buffer):
+        """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
+        return self.storage.fill(self.path, offset, buffer)
+
+    def read_ranges(self, ranges, into=None):
+        """The bytes of each ``(offset, length)``, in order, merged and in flight together (``RemoteStorage.read_ranges``)."""
+        return self.storage.read_ranges(self.path, ranges, into)
+
+    def close(self):
+        pass
+
+
+class _UploadSink:
+    """Where ``replacing`` writes: the store's own buffered upload, or a spool sent whole at the end."""
+
+    def __init__(self, filesystem, path):
+        self.filesystem, self.path = filesystem, path
+        self.handle = None
+        self.spool = None
+        if getattr(filesystem, "async_impl", False):  # gcsfs, s3fs, adlfs: uploads in parts, published on close
+            self.handle = filesystem.open(path, "wb", block_size=UPLOAD_BLOCK)
+        elif filesystem.protocol in ("memory", ("memory",)):  # its open() would publish an empty object at once
+            self.spool = io.BytesIO()
+        else:
+            self.spool = tempfile.TemporaryFile()
+
+    def write(self, buffer) -> int:
+        data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
+        return (self.handle or self.spool).write(data)
+
+    def finish(self):
+        if self.handle is not None:
+            self.handle.close()
+        elif isinstance(self.spool, io.BytesIO):
+            self.filesystem.pipe_file(self.path, self.spool.getvalue())
+        else:
+            self.spool.flush()
+            self.spool.seek(0)
+            with tempfile.NamedTemporaryFile() as staged:
+                shutil.copyfileobj(self.spool, staged)
+                staged.flush()
+                self.filesystem.put_file(staged.name, self.path)
+
+    def discard(self):
+        """Cancel the upload so that nothing appears, and keep the handle from finalizing it when collected."""
+        if self.handle is not None:
+            with contextlib.suppress(Exception):
+                self.handle.discard()
+            self.handle.closed = True
+        if self.spool is not None:
+            self.spool.close()
+
+
+class _Unremembered:
+    """An answer handed back but not remembered (an object too large to keep)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _is_gone(holder):
+    """True when the lock's holder ran on this host and its process no longer exists."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _describe(holder):
+    if not holder:
+        return "unknown holder"
+    return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
+
+
+def _first_line(error):
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]
