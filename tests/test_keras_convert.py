@@ -209,7 +209,8 @@ def test_refusals_before_anything_is_written(trained, builders, tmp_path, run_cl
         "'adam' (match='name'): 8 missing, 8 unexpected")
     assert mismatch.stderr.splitlines()[-3:] == [  # advice in flags, not in Python arguments
         "no variable was changed",
-        "Pass --remap conv_1/bn/=bn/ (the checkpoint holds 4 of the 8 missing variables under that scope).",
+        "Pass --remap conv_1/bn/=bn/ to read each variable bn/NAME from the checkpoint's conv_1/bn/NAME "
+        "(the checkpoint holds 4 of the 8 missing variables that way).",
         "Pass --on-mismatch initialize to leave the unmatched variables as they are."]
     assert not out.parent.exists()
     kept = run_cli("convert", trained.prefix, out, "--to", "object", "--model", "tests_module:build",

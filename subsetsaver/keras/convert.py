@@ -37,6 +37,7 @@ from .. import catalog as catalog_module
 from ..errors import CorruptCheckpointError
 from ..formats import checkpoint_writer, registry
 from ..formats.tf import bundle, checkpoint_state
+from ..graph_mode import tensorflow
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_path
 from .common import is_tf_module
@@ -85,6 +86,7 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     """
     if match not in MATCHES:  # refused before the builder imports TensorFlow
         raise ValueError(f"match={match!r} is not one of {', '.join(repr(m) for m in MATCHES)}")
+    tensorflow("writing a TF2 object-based checkpoint (convert --to object)")
     source = checkpoint_path(checkpoint)
     catalog_module.file_catalog(source)  # a missing or unreadable source is refused first
     output = os.fspath(output)

@@ -23,7 +23,7 @@ import dataclasses
 
 from ..catalog import read_tensors
 from ..errors import Blank, CheckpointMismatchError, Fix
-from ..planning import ON_MISMATCH
+from ..planning import ON_MISMATCH, remap_in_words
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_view
 from .common import strategy_scope
@@ -200,8 +200,8 @@ def _mismatch(weights, state, view, pairing, findings, match, remap) -> tuple:
     if pairing.remap:
         missing = sum(1 for f in pairing.findings if f.kind == "missing")
         fixes.append(Fix("remap", {**(remap or {}), **pairing.remap},
-                         f"(the checkpoint holds {pairing.resolves} of the {missing} missing "
-                         f"variable{'s' if missing > 1 else ''} under that scope)"))
+                         f"{remap_in_words(pairing.remap)} (the checkpoint holds {pairing.resolves} of the "
+                         f"{missing} missing variable{'s' if missing > 1 else ''} that way)"))
     if any(f.kind == "dtype" for f in findings):
         lines.append("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), "
                      "or write a cast copy first (`subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE`, or "
