@@ -36,7 +36,7 @@ setup(
     package_data={"subsetsaver.layouts": ["maps/*.json"]},
     python_requires=">=3.10",
     install_requires=["numpy", "networkx>=2.6", "graphviz>=0.20", "click>=8", "google-re2>=1.1", "google-crc32c>=1.5",
-                      "ml_dtypes>=0.3", "tqdm>=4"],
+                      "ml_dtypes>=0.3", "tqdm>=4", "h5py>=3"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["subsetsaver=subsetsaver.cli:main"]},
     classifiers=[

@@ -21,10 +21,11 @@ from .output import echo_json
                    "extension; a path without .npz or .safetensors is a TensorFlow checkpoint prefix, 'name'); "
                    "'object': a TF2 object-based checkpoint of --model.")
 @click.option("--model", "model", metavar="MODULE:FUNCTION",
-              help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
-                   "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")
+              help="With --to object or --to keras: a function of no arguments (in a module, or a path/to/file.py) "
+                   "that returns the built Keras 3 model (or tf.Module, --to object) to load SOURCE into, or (model, "
+                   "optimizer); with --to keras also a name such as keras.applications.EfficientNetB0.")
 @click.option("--match", "match", type=KnownName("way to match", "ways", lambda: keras.MATCHES), metavar="HOW",
-              help="With --to object: pair the model's weights with SOURCE's by the object graph's paths where "
+              help="With --to object or --to keras: pair the model's weights with SOURCE's by the object graph's paths where "
                    "SOURCE has them, then by name ('auto', the default), by name alone (with --remap OLD=NEW from "
                    "the checkpoint's names to the model's) or by creation order.")
 @click.option("--on-mismatch", type=click.Choice(["error", "initialize"]),
@@ -58,6 +59,7 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
     graph names its variables: full names, TF1 slot names, global_step, Adam's beta powers.
     --to object loads SOURCE (TF1 or tf.keras) into the Keras 3 model that --model builds and
     writes it with tf.train.Checkpoint (with TensorFlow), read back and checked bit-exact.
+    --to keras --model writes Keras 3's own OUTPUT.weights.h5 of that model (any backend, no TensorFlow).
     For SOURCE and OUTPUT, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     \b
@@ -66,6 +68,7 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
       subsetsaver convert model.npz serve/model
       subsetsaver convert keras/weights tf1/model --to name --keep "~slots()"
       subsetsaver convert train/model-9000 tf2/ckpt --to object --model models.py:build --remap conv_1/=conv/
+      subsetsaver convert train/model-9000 net.weights.h5 --to keras --model keras.applications.EfficientNetB0
       subsetsaver convert uncased_L-12_H-768_A-12/bert_model.ckpt bert-hf --map bert-to-hf
     """
     if layout_map is not None:
@@ -87,10 +90,17 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
         _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "auto",
                    on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer)
         return
+    if to == "keras" and model is not None:
+        for flag, given in (("--keep", keep), ("--on-mismatch", on_mismatch), ("--no-optimizer", no_optimizer or None)):
+            if given is not None:
+                raise click.UsageError(f"{flag} does not go with --to keras --model: every weight of the model is filled")
+        _to_keras(source, output, model, remap=parse_remap(remap), match=match or "auto", force=force, as_json=as_json)
+        return
     for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch),
                         ("--no-optimizer", no_optimizer or None)):
         if given is not None:
-            raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
+            raise click.UsageError(f"{flag} is for --to object or --to keras (a Keras 3 model's checkpoint or "
+                                   ".weights.h5)")
     report = tools.convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
     kind = format_noun(report.output_format)
     if as_json:
@@ -144,6 +154,23 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
         click.echo(f"left as built: {', '.join(left)}")
     if load.unused:
         click.echo(f"not read: {', '.join(load.unused)}")
+
+
+def _to_keras(source, output, model, *, remap, match, force, as_json):
+    report = keras.convert_weights(source, output, model, remap=remap, match=match, overwrite=force)
+    load = report.load
+    if as_json:
+        echo_json({"source": report.source, "output": report.output, "kind": format_noun("keras"),
+                   "format": "keras", "model": report.builder, "tensors": report.tensors, "bytes": report.nbytes,
+                   "match": load.match, "restored": dict(load.restored), "unused": list(load.unused),
+                   "verified": list(report.verified)})
+        return
+    click.echo(f"wrote {format_noun('keras')} {report.output}: {report.tensors} tensors, "
+               f"{format_bytes(report.nbytes)} (from {report.source}, through {report.builder}); all "
+               f"{len(report.verified)} weights read back bit-exact")
+    if load.unused:
+        click.echo(f"not read: {len(load.unused)} tensors ({', '.join(load.unused[:3])}"
+                   + (" ...)" if len(load.unused) > 3 else ")"))
 
 
 def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry_run, force, as_json):

@@ -94,7 +94,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
 
 
 _KIND_NAMES = {"name": "TensorFlow checkpoint", "object": "TensorFlow object-based checkpoint", "npz": "portable .npz",
-               "safetensors": "safetensors"}
+               "safetensors": "safetensors", "keras": "Keras 3 .weights.h5"}
 
 
 def _echo_values(source, cat, name, as_json):

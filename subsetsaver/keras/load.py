@@ -132,9 +132,13 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
             targets[key].append(weights.variables[name])
         for path, key in optimizer_pairs.items():
             targets[key].append(state.variables[path])
-        _check_every_value(view.path, needed)
+        narrowed = {key: weights.spec(name)[1] for name, key in loading.items()
+                    if view.contents[key][1] != weights.spec(name)[1]}  # tf_keras's wider dtypes (legacy_names)
+        _check_every_value(view.path, needed, narrowed)
         iterations = None
         for key, array in read_tensors(view.path, needed):  # read again (and checked again), assigned at once
+            if key in narrowed:
+                array = array.astype(narrowed[key])
             for variable in targets[key]:
                 variable.assign(array)
             if key == step:
@@ -144,14 +148,18 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
     return _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match)
 
 
-def _check_every_value(path, names) -> None:
+def _check_every_value(path, names, narrowed) -> None:
     """Read each of ``names`` of checkpoint ``path`` (the reader checks it against its checksum) and drop
     it: the first pass of a load, so that a damaged tensor anywhere stops the load before any variable
-    changes, with one tensor in memory at a time.
+    changes, with one tensor in memory at a time. A value to be read into a narrower dtype (``narrowed``:
+    name -> dtype) must keep its value there.
 
-    _check_every_value('train/model-3', ['conv_1/w', 'global_step'])
+    _check_every_value('train/model-3', ['conv_1/w', 'global_step'], {})
     """
-    for _, array in read_tensors(path, names):
+    for key, array in read_tensors(path, names):
+        if key in narrowed and not (array.astype(narrowed[key]) == array).all():
+            raise CheckpointMismatchError(f"checkpoint '{path}': '{key}' holds {array.dtype} values that the model's "
+                                          f"{narrowed[key]} cannot hold; no variable was changed", path=path)
         del array  # held no longer than its check
 
 
