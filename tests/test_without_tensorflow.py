@@ -185,15 +185,22 @@ def test_what_needs_tensorflow_says_so_in_one_line(tmp_path):
     assert err == ("subsetsaver: error: writing a TF2 object-based checkpoint (convert --to object) needs TensorFlow "
                    f"(graph mode): {INSTALL_TF}\n")
     assert not os.path.exists(tmp_path / "tf2")
+    calls = ["ss.plan('trainable()')", f"ss.save_npz(None, {str(tmp_path / 'm.npz')!r})",
+             f"ss.restore_npz(None, {str(tmp_path / 'm.npz')!r})", f"ss.warm_start('trainable()', {MNIST_CHECKPOINT!r})",
+             "ss.trainable().resolve()"]
     script = ("import sys; sys.modules['tensorflow'] = None\n"
               "import subsetsaver as ss\n"
-              "try:\n"
-              "    ss.plan('trainable()')\n"
-              "except ss.SubsetSaverError as error:\n"
-              "    print(type(error).__name__, isinstance(error, ImportError), error)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+              "for call in sys.argv[1:]:\n"
+              "    try:\n"
+              "        eval(call)\n"
+              "    except ss.SubsetSaverError as error:\n"
+              "        print(type(error).__name__, isinstance(error, ImportError), error)\n")
+    done = subprocess.run([sys.executable, "-c", script, *calls], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
-    assert done.stdout == f"TensorFlowNeededError True ss.plan needs TensorFlow (graph mode): {INSTALL_TF}\n"
+    needed_for = ["ss.plan", "ss.save_npz", "ss.restore_npz", "ss.warm_start", "reading the variables of a tf.Graph"]
+    assert done.stdout.splitlines() == [f"TensorFlowNeededError True {what} needs TensorFlow (graph mode): {INSTALL_TF}"
+                                        for what in needed_for]
+    assert not os.path.exists(tmp_path / "m.npz")
 
 
 @pytest.mark.without_tensorflow
