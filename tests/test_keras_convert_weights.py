@@ -90,6 +90,17 @@ def test_a_file_that_does_not_read_back_as_loaded_is_not_put_in_place(source, tm
     assert os.listdir(tmp_path) == ["tf_keras.safetensors"]
 
 
+def test_an_application_keras_does_not_have_is_a_model_builder_error(source, tmp_path, run_cli):
+    with pytest.raises(ss.ModelBuilderError) as refused:
+        ss.keras.convert_weights(source[0], tmp_path / "net.weights.h5", "keras.applications.EfficientNetB9")
+    assert str(refused.value) == ("model builder 'keras.applications.EfficientNetB9': keras.applications has no "
+                                  "'EfficientNetB9' (e.g. keras.applications.EfficientNetB0)")
+    done = run_cli("convert", source[0], tmp_path / "net.weights.h5", "--to", "keras", "--model",
+                   "keras.applications.EfficientNetB9")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"subsetsaver: error: {refused.value}\n")
+    assert os.listdir(tmp_path) == ["tf_keras.safetensors"]
+
+
 def test_flags_that_leave_weights_unfilled_do_not_go_with_to_keras(source, tmp_path, run_cli):
     done = run_cli("convert", source[0], tmp_path / "n.weights.h5", "--to", "keras", "--model", "m:b",
                    "--on-mismatch", "initialize")
