@@ -22,7 +22,7 @@ ALLOWED = {
     "lazy_exports": set(),
     "bounded_json": set(),
     "tf_internals": set(),
-    "storage": {"errors", "lazy_exports"},
+    "storage": {"bounded_json", "errors", "lazy_exports"},
     "formats": {"bounded_json", "errors", "version", "lazy_exports", "storage"},
     "catalog": {"errors", "tf_internals", "storage", "formats", "lazy_exports"},
     "selectors": {"errors", "tf_internals", "catalog", "lazy_exports"},

@@ -35,6 +35,7 @@ from subsetsaver.errors import (
     SubsetSaverError,
 )
 from subsetsaver.formats import npz
+from subsetsaver.formats import npz as npz_state
 from subsetsaver.formats import safetensors as safetensors_file
 from subsetsaver.formats.tf import bundle as tf_bundle
 from subsetsaver.formats.tf import object_graph
@@ -259,6 +260,36 @@ def test_a_crafted_manifest_is_refused_in_a_short_message(tmp_path, run_cli, goo
     for command in (["inspect", path], ["convert", path, tmp_path / "out.safetensors"],
                     ["convert", path, tmp_path / "tf1model", "--to", "name"]):
         assert refusal(run_cli, *command) == expected
+    assert snapshot(tmp_path) == files
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+TOO_DEEP = "it is nested 100,000 deep; at most 64 levels are read"
+
+
+def test_json_nested_100000_deep_is_refused_by_each_reader_as_the_librarys_error(tmp_path, run_cli, good_npz):
+    """The .npz manifest, the safetensors header and the subset manifest refuse it in one line; a state
+    file that is not a state file reads as none. No RecursionError."""
+    manifest = tmp_path / "deep.npz"
+    with zipfile.ZipFile(good_npz) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members[MANIFEST] = members[MANIFEST].replace(b'"selector":', b'"deep": ' + DEEP.encode() + b', "selector":')
+    with zipfile.ZipFile(manifest, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    header = tmp_path / "deep.safetensors"
+    header.write_bytes(len(DEEP).to_bytes(8, "little") + DEEP.encode())
+    prefix = tf_bundle.write(str(tmp_path / "model"), {"w": np.zeros(2, np.float32)})
+    (tmp_path / "model.subset.json").write_text(DEEP)
+    state = tmp_path / "checkpoint_npz.json"
+    state.write_text(json.dumps({"format": npz_state.STATE_FORMAT, "latest": "a.npz"})[:-1] + ', "kept": ' + DEEP + "}")
+    files = snapshot(tmp_path)
+    assert refusal(run_cli, "inspect", manifest) == (f"'{manifest}', member '{MANIFEST}': manifest is not valid JSON "
+                                                     f"({TOO_DEEP.replace('100,000', '100,001')})")  # in its object
+    assert refusal(run_cli, "inspect", header) == not_readable(header, f"its header is not JSON ({TOO_DEEP})")
+    assert refusal(run_cli, "inspect", prefix) == (f"manifest '{prefix}.subset.json' is not valid JSON ({TOO_DEEP}); "
+                                                   "delete it or rewrite it")
+    assert npz_state.read_state(state) is None
     assert snapshot(tmp_path) == files
 
 

@@ -404,7 +404,7 @@ def test_plan_tree_with_the_real_planner_and_auditor(tmp_path, mnist, mnist_cata
 @needs_dot
 def test_resnet_size_tree_stays_small_and_adds_up(tmp_path, resnet_catalog):
     assert len(resnet_catalog) > 300
-    stand_in = StandInPlan(resnet_catalog, ss.trainable() | ss.name("*/moving_*"))
+    stand_in = StandInPlan(resnet_catalog, ss.trainable() | ss.name("**/moving_*"))
     path = tmp_path / "resnet.svg"
     draw.draw_plan(stand_in, path, findings=[])
     source = (tmp_path / "resnet.dot").read_text()
@@ -593,3 +593,24 @@ def test_sets_legend_lists_only_the_states_drawn_and_leaders_cross_no_label(mnis
             for other in others:
                 box = other.get_window_extent(renderer)
                 assert not venn_module.crosses_box(start, end, box), (note.get_text(), other.get_text())
+
+
+def test_command_never_replaces_the_dot_source_beside_the_picture_without_force(tmp_path, mnist_meta, monkeypatch,
+                                                                                run_cli):
+    """-o plan.svg writes plan.dot too (alone when Graphviz's dot is missing): a plan.dot the user already
+    has is refused, before anything is drawn, then replaced with --force."""
+    monkeypatch.setattr(plan_tree_module.shutil, "which", lambda program: None)
+    (tmp_path / "plan.dot").write_text("the user's own graph\n")
+    picture = tmp_path / "plan.svg"
+    arguments = ["draw", "--graph", mnist_meta, "--save", "trainable()", "--tree", "-o", picture]
+    result = run_cli(*arguments)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2, "", f"subsetsaver: error: '{tmp_path / 'plan.dot'}' already exists (the tree's DOT source, written "
+               f"beside '{picture}'); pass --force to replace it\n")
+    assert (tmp_path / "plan.dot").read_text() == "the user's own graph\n" and not picture.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SubsetSaverWarning)
+        result = run_cli(*arguments, "--force")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"wrote {tmp_path / 'plan.dot'} (not {picture})\n"
+    assert (tmp_path / "plan.dot").read_text().startswith("digraph ")

@@ -39,7 +39,7 @@ ANSWERS = textwrap.dedent("""
 
     SELECTIONS = ["trainable()", "bn_stats()", "slots()", "averages()", "global_step()", "local()",
                   "everything() - slots()", "trainable() | bn_stats()", "collection('model_variables')",
-                  "name('*/moving_*')", "scope('conv_1')"]
+                  "name('**/moving_*')", "scope('conv_1')"]
     AUDITS = ["trainable()", "trainable() | bn_stats()", "everything() - slots()", "trainable() | slots()",
               "everything()"]
 

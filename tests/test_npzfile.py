@@ -359,6 +359,54 @@ def test_a_local_header_that_disagrees_with_the_directory(good):
                              "(name or compression)")
 
 
+def test_a_version_needed_to_extract_past_zipfiles_is_refused_as_corrupt(good):
+    data = bytearray(open(good, "rb").read())
+    directory = data.rindex(b"PK\x01\x02")  # the last member's directory entry: its "version needed" at +6
+    data[directory + 6:directory + 8] = struct.pack("<H", 131)
+    with open(good, "wb") as handle:
+        handle.write(data)
+    assert refusal(good) == (f"'{good}': its zip directory asks for a reader of zip file version 13.1, which no "
+                             "portable checkpoint needs (they are zip 2.0, or 4.5 with zip64); the file was not "
+                             "written by subsetsaver or was tampered with; use another checkpoint")
+
+
+def zip_structure_spans(path):
+    """(start, stop) of every zip record of the file at ``path``: local headers with their names and
+    extras, and the directory through the end record (the members' data, checked by CRC-32, left out)."""
+    with open(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
+        spans = []
+        for info in archive.infolist():
+            handle.seek(info.header_offset + 26)
+            name_length, extra_length = struct.unpack("<HH", handle.read(4))
+            spans.append((info.header_offset, info.header_offset + 30 + name_length + extra_length))
+        return spans + [(archive.start_dir, os.path.getsize(path))]
+
+
+def test_every_zip_field_a_crafted_file_can_set_is_read_or_refused_as_corrupt(good):
+    """Each byte of every zip record set to 0x00, 0xff and its low bit flipped, and each 2 and 4 bytes from it set
+    to all ones: the file reads back whole, or is refused with CorruptCheckpointError, never another exception."""
+    data = open(good, "rb").read()
+    expected = npzfile.read(good)[1]
+    spans = zip_structure_spans(good)
+    assert sum(stop - start for start, stop in spans) > 200  # three local headers, their directory, the end record
+    refused = 0
+    for start, stop in spans:
+        for at in range(start, stop):
+            for value in (b"\x00", b"\xff", bytes([data[at] ^ 1]), b"\xff\xff", b"\xff\xff\xff\xff"):
+                crafted = (data[:at] + value + data[at + len(value):])[:len(data)]
+                with open(good, "wb") as handle:
+                    handle.write(crafted)
+                try:
+                    arrays = npzfile.read(good)[1]
+                except CorruptCheckpointError:
+                    refused += 1
+                    continue
+                assert arrays.keys() == expected.keys(), at
+                for name, array in arrays.items():
+                    np.testing.assert_array_equal(array, expected[name], err_msg=f"byte {at}")
+    assert refused > 1000
+
+
 def test_a_missing_file(tmp_path):
     with pytest.raises(CheckpointNotFoundError) as error:
         npzfile.read(str(tmp_path / "none.npz"))

@@ -16,6 +16,7 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 import subsetsaver as ss
+from subsetsaver.formats import npz
 from subsetsaver.formats.tf import bundle as tf_bundle
 
 v1 = tf.compat.v1
@@ -206,3 +207,23 @@ def test_a_flipped_byte_in_a_bucket_fails_the_tensors_checksum(object_store, ada
 
     assert result.returncode != 0 and not (tmp_path / "out.safetensors").exists()
     assert "fc/w" in result.stderr and "fails its checksum" in result.stderr, result.stderr
+
+
+def test_safetensors_files_are_written_to_and_read_from_buckets(object_store, adam_checkpoint, run_cli, tmp_path):
+    """convert writes a .safetensors object; inspect and convert read it back, bit for bit."""
+    prefix, values, trainable = adam_checkpoint
+    remote = object_store.url("weights.safetensors")
+
+    written = run_cli("convert", prefix, remote, "--keep", "trainable()")
+    back = run_cli("convert", remote, tmp_path / "back.npz")
+    listed = run_cli("inspect", remote, "--json")
+
+    assert (written.returncode, back.returncode, listed.returncode) == (0, 0, 0), written.stderr + back.stderr
+    download(object_store, ["weights.safetensors"], tmp_path)
+    got = load_file(tmp_path / "weights.safetensors")
+    assert sorted(got) == trainable
+    for name in trainable:
+        assert got[name].tobytes() == values[name].tobytes(), name
+    _manifest, arrays = npz.read(str(tmp_path / "back.npz"))
+    assert sorted(arrays) == trainable and all(arrays[name].tobytes() == values[name].tobytes() for name in trainable)
+    assert remote in listed.stdout

@@ -193,8 +193,8 @@ def test_offline_rewrite_restores_into_the_new_graph_bit_exact(trained, tmp_path
     result = run_cli("rewrite", trained["prefix"], "-o", tmp_path / "grown" / "model", "--rows",
                      f"body/emb={trained['old_vocab']}:{trained['new_vocab']}", "--init", "mean")
     assert result.returncode == 0, result.stderr
-    assert "rows of body/emb: 30,418 kept, 1,418 added, 300 dropped" in result.stdout
-    assert "rows of body/emb/Adam_1: 30,418 kept, 1,418 added, 300 dropped\n\nwrote checkpoint " in result.stdout
+    assert "rows of body/emb (axis 0): 30,418 kept, 1,418 added, 300 dropped" in result.stdout
+    assert "rows of body/emb/Adam_1 (axis 0): 30,418 kept, 1,418 added, 300 dropped\n\nwrote checkpoint " in result.stdout
     assert result.stdout.endswith(": 12 tensors (0 renamed, 0 cast, 0 dropped), 23.3 MB; every tensor verified\n")
     graph, _train = embedding_graph(NEW_ROWS, 4)
     plan = ss.plan(ss.everything(), graph)
@@ -210,7 +210,7 @@ def test_dry_run_counts_rows_and_writes_nothing(trained, tmp_path, run_cli):
                      f"body/emb={trained['old_vocab']}:{trained['new_vocab']}", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
-    assert found["rows"] == [{"name": name, "kept": 30_418, "added": 1_418, "dropped": 300}
+    assert found["rows"] == [{"name": name, "axis": 0, "kept": 30_418, "added": 1_418, "dropped": 300}
                              for name in ("body/emb", "body/emb/Adam", "body/emb/Adam_1")]
     assert [t["shape"] for t in found["tensors"] if t["old"] == "body/emb"] == [[NEW_ROWS, WIDTH]]
     assert not list(tmp_path.iterdir())
@@ -314,7 +314,7 @@ def test_wrong_vocabulary_length_is_reported_with_every_other_mismatch_before_an
             plan.restore_or_initialize(session, trained["prefix"])
         after = values(session, graph)
     expected_vocab = (f"vocabularies '{short}' (30,700 tokens) -> '{trained['new_vocab']}' (31,836 tokens) expects "
-                      "30,700 old rows, the checkpoint's tensor has 30,718 (shape [30718, 64]); use the vocabulary "
+                      "30,700 old rows, the checkpoint's tensor has 30,718 on axis 0 (shape [30718, 64]); use the vocabulary "
                       "the checkpoint was trained with")
     assert str(raised.value) == "\n".join([
         f"checkpoint '{trained['prefix']}' does not match the plan everything(): 1 missing, 3 row map problems",
@@ -453,3 +453,80 @@ def test_parts_whose_gathers_are_equal_each_get_their_own_new_rows(tmp_path):
     expected = apply_rows(np.arange(32, dtype=np.float32).reshape(8, 4), rowmap)
     np.testing.assert_array_equal(np.concatenate(restored), expected)
     assert not np.array_equal(restored[2], restored[3])
+
+
+def small_embedding(directory, shape):
+    """A checkpoint holding one float32 tensor ``emb`` of ``shape`` (values 0, 1, 2, ...)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.get_variable("emb", initializer=np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            return v1.train.Saver().save(session, str(directory / "small" / "model"))
+
+
+def test_a_vocabulary_that_matches_only_the_width_is_refused_naming_both_lengths(tmp_path, run_cli):
+    """4 old tokens against a [6, 4] embedding: the 4 columns are not its rows."""
+    prefix = small_embedding(tmp_path, (6, 4))
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_text("a\nb\nc\nd\n")
+    new.write_text("a\nb\nc\nd\ne\n")
+    expected = (f"row map problem, found before anything was read: emb: vocabularies '{old}' (4 tokens) -> '{new}' "
+                "(5 tokens) expects 4 old rows, the checkpoint's tensor has 6 on axis 0 (shape [6, 4]); use the "
+                "vocabulary the checkpoint was trained with")
+    with pytest.raises(RowMapError) as raised:
+        ss.rewrite(prefix, tmp_path / "out", rows={"emb": ss.RowMap.from_vocab(old, new)}, dry_run=True)
+    assert str(raised.value) == expected
+    result = run_cli("rewrite", prefix, "-o", tmp_path / "out", "--rows", f"emb={old}:{new}")
+    assert (result.returncode, result.stderr) == (2, f"subsetsaver: error: {expected}\n")
+    assert not (tmp_path / "out.index").exists()
+    graph = tf.Graph()
+    with graph.as_default():
+        v1.get_variable("emb", [6, 5])  # the new vocabulary's 5 tokens match only its width too
+    with pytest.raises(RowMapError) as raised:
+        ss.plan(ss.everything(), graph, rows={"emb": ss.RowMap.from_vocab(old, new)})
+    assert str(raised.value) == (
+        "1 problem with the plan's rows/remap rules, found before anything was built:\n"
+        f"  rows: emb has 6 rows on axis 0, the map from vocabularies '{old}' (4 tokens) -> '{new}' (5 tokens) "
+        "makes 5")
+
+
+def test_dry_run_names_the_axis_of_rows(tmp_path, run_cli):
+    prefix = small_embedding(tmp_path, (3, 6))
+    (tmp_path / "kept.txt").write_text("5\n0\n")
+    result = run_cli("rewrite", prefix, "-o", tmp_path / "out", "--rows", f"emb=keep:{tmp_path / 'kept.txt'}",
+                     "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "\nrows of emb (axis 1): 2 kept, 0 added, 4 dropped\n" in result.stdout
+    report = ss.rewrite(prefix, tmp_path / "out", rows={"emb": ss.RowMap.keep([5, 0])}, dry_run=True)
+    assert report.row_axes == (("emb", 1),) and report.rows[0].shape == (3, 2)
+
+
+def test_vocabulary_files_are_read_alike_with_or_without_a_byte_order_mark_or_carriage_returns(tmp_path):
+    tokens = ["<pad>", "the", "cat"]
+    plain, marked, windows = tmp_path / "plain.txt", tmp_path / "marked.txt", tmp_path / "windows.txt"
+    plain.write_bytes("\n".join(tokens).encode() + b"\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + "\n".join(tokens).encode() + b"\n")
+    windows.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(tokens).encode() + b"\r\n")
+    for old, new in ((plain, marked), (marked, plain), (windows, plain), (plain, windows)):
+        rowmap = ss.RowMap.from_vocab(old, new)
+        assert rowmap.new_to_old.tolist() == [0, 1, 2], (old.name, new.name)
+
+
+def test_a_vocabulary_file_that_is_not_utf8_is_refused_with_its_name_and_byte_offset(tmp_path, run_cli):
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("a\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(RowMapError) as raised:
+        ss.RowMap.from_vocab(latin, ["a"])
+    assert str(raised.value) == (f"the old file '{latin}' is not UTF-8: byte 5 (0xe9) invalid continuation byte; "
+                                 "save it as UTF-8")
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbfa\n\xffb\n")  # the offset counts the mark
+    result = run_cli("rewrite", tmp_path / "absent", "-o", tmp_path / "out", "--rows", f"emb={latin}:{marked}")
+    assert (result.returncode, result.stderr) == (
+        2, f"subsetsaver: error: the old file '{latin}' is not UTF-8: byte 5 (0xe9) invalid continuation byte; "
+           "save it as UTF-8\n")
+    with pytest.raises(RowMapError) as raised:
+        ss.RowMap.keep(marked)
+    assert str(raised.value) == (f"the kept rows file '{marked}' is not UTF-8: byte 5 (0xff) invalid start byte; "
+                                 "save it as UTF-8")

@@ -159,3 +159,31 @@ def test_local_files_never_import_tensorflow(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[]\n"
+
+
+UNSERVED_SCHEME = """
+import sys
+sys.modules["fsspec"] = None  # fsspec is not installed
+import numpy as np
+from subsetsaver.cli import main
+from subsetsaver.errors import RemoteStorageError
+from subsetsaver.formats import npz
+try:
+    npz.write("memory://bucket/run/model-1.npz", {"w": np.zeros(2, np.float32)})
+except RemoteStorageError as error:
+    print(error, flush=True)
+main(["inspect", "memory://bucket/run/model-1.npz"])
+"""
+
+
+@pytest.mark.parametrize("tensorflow_installed", [True, False], ids=["with-tensorflow", "without-tensorflow"])
+def test_a_scheme_no_installed_file_system_serves_says_to_install_fsspec(tensorflow_installed):
+    """memory:// without fsspec: one message naming the URL and the install, from the Python API and the command
+    line alike (not "the directory does not exist", nor TensorFlow's "File system scheme not implemented")."""
+    code = UNSERVED_SCHEME if tensorflow_installed else 'import sys\nsys.modules["tensorflow"] = None' + UNSERVED_SCHEME
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    message = ("no file system serves 'memory://bucket/run/model-1.npz': install fsspec (pip install fsspec), which "
+               "serves 'memory://' itself or through the package its documentation names (adlfs for az://, ...)")
+    assert (child.returncode, child.stdout) == (2, message + "\n")
+    assert child.stderr.splitlines()[-1] == f"subsetsaver: error: {message}"
+    assert "Traceback" not in child.stderr

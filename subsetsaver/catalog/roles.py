@@ -218,7 +218,7 @@ def missed_optimizer_state_message(missed, source, selector) -> str:
     """The words of :func:`warn_missed_optimizer_state`: the names, and two ways to drop them."""
     shown = ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
     endings = list(dict.fromkeys(re.sub(r"_\d+$", "", n.rsplit("/", 1)[-1]) for n in missed))[:3]
-    by_name = " - ".join([repr(selector)] + [f"name('*/{ending}*')" for ending in endings])
+    by_name = " - ".join([repr(selector)] + [f"name('**/{ending}*')" for ending in endings])
     return (
         f"{repr(selector)} keeps {len(missed)} tensor{'s' if len(missed) != 1 else ''} of '{source}' that look like "
         f"optimizer state ({shown}): without a graph, slots() knows only well-known names. Pass the training graph "

@@ -13,7 +13,7 @@ import warnings
 
 import click
 
-from ..draw import draw_plan, draw_sets
+from ..draw import dot_source_path, draw_plan, draw_sets
 from ..errors import SubsetSaverWarning
 from ..planning import plan_preview
 from ..selectors import parse
@@ -38,6 +38,8 @@ def draw_command(graph, checkpoint, save, set_options, tree, output, force):
     extension = os.path.splitext(output)[1].lower()
     if extension in (".dot", ".gv"):
         tree = True
+    if tree and dot_source_path(output) != output:
+        prepare_output(dot_source_path(output), force=force, beside=output)
     if tree and set_options:
         raise click.UsageError("--set draws the sets diagram; --tree (or a .dot file) draws the scope tree: pick one")
     cat = load_source(graph, checkpoint)

@@ -92,9 +92,11 @@ def meta_graph_path(ctx, param, path):
                              "Saver.save wrote", ctx, param)
 
 
-def prepare_output(path, *, force):
-    """Refuse to replace the file at ``path`` (a drawing) without ``--force``, and create its missing
-    directories. (Checkpoints are checked by the library's one writer.)"""
+def prepare_output(path, *, force, beside=None):
+    """Refuse to replace the file at ``path`` (a drawing, or the file written ``beside`` the one named)
+    without ``--force``, and create its missing directories. (Checkpoints are checked by the library's one writer.)"""
     if storage.exists(path) and not force:
-        raise OutputExistsError(f"'{path}' already exists", path=path, fixes=[Fix("overwrite", True, "to replace it")])
+        written_with = f" (the tree's DOT source, written beside '{beside}')" if beside else ""
+        raise OutputExistsError(f"'{path}' already exists{written_with}", path=path,
+                                fixes=[Fix("overwrite", True, "to replace it")])
     storage.make_directories(storage.parent(path))

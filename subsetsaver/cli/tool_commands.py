@@ -44,7 +44,9 @@ def rewrite_command(checkpoint, output, keep, remap, cast, row_rules, init, seed
     rows = dict(parse_rows_option(text, init=init, seed=seed) for text in row_rules)
     report = rewrite.rewrite(checkpoint, output, keep=keep, remap=parse_remap(remap), rows=rows,
                              cast=rewrite.parse_cast(cast), dry_run=dry_run, overwrite=force)
-    row_counts = [{"name": name, "kept": c.kept, "added": c.added, "dropped": c.dropped} for name, c in report.row_counts]
+    axes = dict(report.row_axes)
+    row_counts = [{"name": name, "axis": axes[name], "kept": c.kept, "added": c.added, "dropped": c.dropped}
+                  for name, c in report.row_counts]
     if as_json:
         echo_json({"source": report.source, "output": report.output, "written": report.written,
                    "tensors": [{"old": r.old, "new": r.new, "shape": list(r.shape), "dtype": r.dtype,
@@ -57,7 +59,7 @@ def rewrite_command(checkpoint, output, keep, remap, cast, row_rules, init, seed
     counts = (f"{len(report.rows)} tensors ({len(report.renamed)} renamed, {len(report.cast)} cast, "
               f"{len(report.dropped)} dropped), {format_bytes(report.nbytes)}")
     for moved in row_counts:
-        click.echo(f"rows of {moved['name']}: {moved['kept']:,} kept, {moved['added']:,} added, "
+        click.echo(f"rows of {moved['name']} (axis {moved['axis']}): {moved['kept']:,} kept, {moved['added']:,} added, "
                    f"{moved['dropped']:,} dropped")
     if report.written:
         click.echo(f"\nwrote checkpoint {report.output}: {counts}; every tensor verified")

@@ -24,7 +24,7 @@ Example::
 """
 
 from .canvas import SetsFigure
-from .plan_tree import INSTALL_DOT_HINT, TreeItem, draw_plan, scope_tree
+from .plan_tree import INSTALL_DOT_HINT, TreeItem, dot_source_path, draw_plan, scope_tree
 from .regions import Region, checkpoint_bytes, set_regions
 from .sets import draw_sets, sets_figure
 from .style import FLAGGED_COLOR, INITIALIZED_COLOR, SAVED_COLOR
@@ -40,6 +40,7 @@ __all__ = [
     "SetsFigure",
     "TreeItem",
     "checkpoint_bytes",
+    "dot_source_path",
     "draw_plan",
     "draw_sets",
     "scope_tree",

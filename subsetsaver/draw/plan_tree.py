@@ -170,7 +170,7 @@ def draw_plan(plan, path, *, max_children=16, max_depth=5, max_nodes=150, findin
                       max_nodes=max_nodes)
     dot = _tree_dot(graphviz, tree, catalog, saved, flags)
     text = dot.source
-    dot_path = os.fspath(path) if extension in (".dot", ".gv") else os.path.splitext(os.fspath(path))[0] + ".dot"
+    dot_path = dot_source_path(path)
     with open(dot_path, "w", encoding="utf-8") as handle:
         handle.write(text)
     if extension in (".dot", ".gv"):
@@ -186,6 +186,17 @@ def draw_plan(plan, path, *, max_children=16, max_depth=5, max_nodes=150, findin
     with open(os.fspath(path), "wb") as handle:
         handle.write(rendered)
     return path
+
+
+def dot_source_path(path) -> str:
+    """Where :func:`draw_plan` writes the DOT source of a picture at ``path``: ``path`` itself for .dot
+    and .gv, else beside it.
+
+    >>> dot_source_path("out/plan.svg"), dot_source_path("plan.gv")
+    ('out/plan.dot', 'plan.gv')
+    """
+    path = os.fspath(path)
+    return path if os.path.splitext(path)[1].lower() in (".dot", ".gv") else os.path.splitext(path)[0] + ".dot"
 
 
 def _import_graphviz():

@@ -21,7 +21,7 @@ import datetime
 import json
 import os
 
-from .. import storage
+from .. import bounded_json, storage
 from ..errors import CorruptCheckpointError
 from ..version import versions
 
@@ -80,8 +80,8 @@ def read_manifest(prefix) -> dict | None:
     except FileNotFoundError:
         return None
     try:
-        content = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
+        content = bounded_json.loads(data, max_bytes=MAX_MANIFEST_BYTES)
+    except ValueError as error:
         raise CorruptCheckpointError(f"manifest '{path}' is not valid JSON ({error}); delete it or rewrite it") from error
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise CorruptCheckpointError(f"'{path}' is not a subsetsaver manifest (no \"format\": \"{FORMAT}\")")

@@ -4,7 +4,7 @@ The offline ``rewrite --rows`` needs no graph: :func:`resolve_rows` finds, in a 
 catalog, the tensors each ``rows`` key names (a tensor, or every tensor under a scope that is
 not optimizer state) and their optimizer slots (by role, the catalog's ``slot_of``), and
 checks every map against the tensor's shape before a value is read, all problems in one
-:class:`~subsetsaver.errors.RowMapError`. :func:`map_rows` then moves the rows of each
+:class:`~subsetsaver.errors.RowMapError` (one line when there is one). :func:`map_rows` then moves the rows of each
 tensor as it passes (new rows of a slot are zero), holding the old and the new tensor of one
 variable at a time; :func:`parse_rows_option` reads the command line's ``NAME=OLD:NEW`` and
 ``NAME=keep:FILE``.
@@ -59,6 +59,8 @@ def resolve_rows(catalog, names, rows) -> dict:
             problem = "init='variable' needs the graph's initializer; offline, use init='zeros', 'mean' or 'normal'"
         if problem is not None:
             problems.append(f"{name}: {problem}")
+    if len(problems) == 1:
+        raise RowMapError(f"row map problem, found before anything was read: {problems[0]}")
     if problems:
         shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
         raise RowMapError(f"{len(problems)} problem{'s' if len(problems) > 1 else ''} with the row maps, found before "

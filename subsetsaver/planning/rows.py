@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
 import typing
@@ -50,7 +51,8 @@ class RowMap:
     ``old_rows``: the row count the old tensor must have (a vocabulary's length), or None (any
     count above the largest index). ``axis``: the axis of rows (``-1`` for a dense layer's classes,
     ``[units]`` bias and ``[inputs, units]`` kernel alike); None: found per variable by
-    :meth:`axis_for` (the first axis, unless only another one has the map's row count). ``seed``/``stddev``: for ``'normal'``
+    :meth:`axis_for` (the first axis for a map that knows its old row count, as a vocabulary's does;
+    for an index map, the first axis unless only another one has the map's row count). ``seed``/``stddev``: for ``'normal'``
     (stddev None: the standard deviation of the old rows). ``source``: how it was made, for messages.
     """
 
@@ -148,15 +150,20 @@ class RowMap:
 
     def axis_for(self, *, new_shape=None, old_shape=None) -> int | None:
         """The axis of rows of a variable of ``new_shape`` (or, offline, a tensor of ``old_shape``): ``axis``
-        when given; else 0 when it can hold the rows, else the one other axis that can; None if none can
-        or several can.
+        when given; else 0 for a map that knows its old row count (a vocabulary of 4 tokens never moves
+        the 4 columns of a [6, 4] embedding: its length is checked against the 6 rows); else 0 when it
+        can hold the rows, else the one other axis that can; None if none can or several can.
 
         >>> RowMap.keep(range(700)).axis_for(new_shape=(64, 700)), RowMap.keep(range(700)).axis_for(new_shape=(700,))
         (1, 0)
+        >>> RowMap.from_vocab(['a', 'b', 'c', 'd'], ['a', 'b']).axis_for(old_shape=(6, 4))
+        0
         """
         shape = tuple(new_shape if new_shape is not None else old_shape)
         if self.axis is not None:
             return self.axis % len(shape) if shape and -len(shape) <= self.axis < len(shape) else None
+        if self.old_rows is not None:
+            return 0 if shape else None
         if new_shape is not None:
             fits = [d for d, n in enumerate(shape) if n == self.new_rows]
         else:
@@ -181,8 +188,8 @@ class RowMap:
             return f"{wanted} is not clear for a tensor of shape {list(old_shape)}; pass axis= to the RowMap"
         rows = old_shape[axis]
         if self.old_rows is not None and rows != self.old_rows:
-            return (f"{self.source} expects {self.old_rows:,} old rows, the checkpoint's tensor has {rows:,} "
-                    f"(shape {list(old_shape)}); use the vocabulary the checkpoint was trained with")
+            return (f"{self.source} expects {self.old_rows:,} old rows, the checkpoint's tensor has {rows:,} on axis "
+                    f"{axis} (shape {list(old_shape)}); use the vocabulary the checkpoint was trained with")
         beyond = np.flatnonzero(self.new_to_old >= rows)
         if beyond.size:
             shown = ", ".join(f"new row {i} <- {self.new_to_old[i]}" for i in beyond[:_SHOWN])
@@ -205,17 +212,10 @@ class RowMap:
 
 
 def _tokens(source, what):
-    """The lines of a vocabulary file (newline stripped, as VocabInfo reads them), or a list as given."""
+    """The lines of a vocabulary file (see :func:`_file_lines`), or a list as given."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                tokens = handle.read().split("\n")
-        except OSError as error:
-            raise RowMapError(f"cannot read the {what} file '{path}': {error.strerror or error}") from None
-        if tokens and tokens[-1] == "":
-            tokens.pop()
-        name = f"'{path}'"
+        tokens, name = _file_lines(path, what), f"'{path}'"
     else:
         tokens, name = [str(token) for token in source], f"the {what} list"
     seen, repeated = set(), []
@@ -228,6 +228,28 @@ def _tokens(source, what):
         raise RowMapError(f"{name} repeats {len(repeated)} token{'s' if len(repeated) > 1 else ''} ({shown}); "
                           "a vocabulary names each token once")
     return tokens, name
+
+
+def _file_lines(path, what) -> list:
+    """The lines of a UTF-8 file, as TensorFlow's vocabulary readers take them: a byte-order mark at the
+    start left out (so a file saved with one and a file saved without give the same first token) and
+    each line's ending, ``\\n`` or ``\\r\\n``, stripped; a file that is not UTF-8 is refused with the
+    offset of its first bad byte."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise RowMapError(f"cannot read the {what} file '{path}': {error.strerror or error}") from None
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RowMapError(f"the {what} file '{path}' is not UTF-8: byte {start + error.start:,} "
+                          f"(0x{data[start + error.start]:02x}) {error.reason}; save it as UTF-8") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 # -- applying a map to arrays -------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import posixpath
 
+from ..errors import RemoteStorageError, clipped
 from ..lazy_exports import load
 from .contract import RangeReader, StorageBackend
 from .direct_io import reading_back
@@ -72,6 +73,9 @@ def backend(path):
     fsspec_backends = load(__name__, FSSPEC)
     if fsspec_backends.serves(protocol):
         return fsspec_backends.backend_for(protocol)
+    if not load(__name__, OTHER_SCHEMES[0]).tensorflow_serves(protocol):
+        raise RemoteStorageError(f"no file system serves '{clipped(os.fspath(path))}'", os.fspath(path),
+                                 fsspec_backends.install_fix(protocol))
     return load(__name__, *OTHER_SCHEMES)
 
 

@@ -29,6 +29,14 @@ def _gfile():
     return tf
 
 
+def tensorflow_serves(protocol) -> bool:
+    """Whether TensorFlow is installed and has a file system for ``protocol`` (``ram``, ``hdfs``, ...)."""
+    try:
+        return protocol in _gfile().io.gfile.get_registered_schemes()
+    except ImportError:
+        return False
+
+
 class GFileFiles(StorageBackend):
     """``tf.io.gfile`` behind the file layer's questions."""
 

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 
+from .. import bounded_json
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
 from . import remote_ranges
 from .contract import RangeReader, StorageBackend
@@ -84,6 +85,16 @@ def serves(protocol) -> bool:
     except ImportError:
         return False
     return protocol in known_implementations or protocol in registry
+
+
+def install_fix(protocol) -> str:
+    """What to install for URLs of ``protocol``: the extra of Cloud Storage and S3, else fsspec and the
+    package of its implementation."""
+    extra = EXTRAS.get(protocol)
+    if extra:
+        return f"install the client library: pip install 'subsetsaver[{extra}]'"
+    return (f"install fsspec (pip install fsspec), which serves '{protocol}://' itself or through the package "
+            "its documentation names (adlfs for az://, ...)")
 
 
 def backend_for(protocol) -> RemoteStorage:
@@ -326,7 +337,7 @@ class RemoteStorage(StorageBackend):
 
     def _holder(self, lock_url):
         try:
-            return json.loads(self.read_bytes(lock_url, 4096))
+            return bounded_json.loads(self.read_bytes(lock_url, 4096))
         except (FileNotFoundError, ValueError, SubsetSaverError):
             return {}
 
@@ -427,10 +438,8 @@ class RemoteStorage(StorageBackend):
         except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
             raise
         except ImportError as error:
-            extra = EXTRAS.get(self.protocol)
-            fix = (f"install the client library: pip install 'subsetsaver[{extra}]'" if extra
-                   else f"install the fsspec implementation of '{self.protocol}://'")
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url, fix) from error
+            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
+                                     install_fix(self.protocol)) from error
         except Exception as error:
             raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
                                      self._fix_for(error)) from error

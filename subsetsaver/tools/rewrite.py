@@ -64,6 +64,7 @@ class RewriteReport:
     nbytes: int
     written: bool
     row_counts: tuple = ()  # (name, RowCounts) of each tensor whose rows ``rows`` moved
+    row_axes: tuple = ()  # (name, the axis of its rows) of the same tensors
 
 
     @property
@@ -94,20 +95,23 @@ def rewrite(checkpoint, output, *, keep=None, remap=None, cast=None, rows=None, 
     shapes = {name: mapped[name][0].new_shape(records[name].shape) if name in mapped else tuple(records[name].shape)
               for name in kept}
     row_counts = tuple((name, mapped[name][0].counts(records[name].shape[mapped[name][0].axis])) for name in mapped)
+    row_axes = tuple((name, mapped[name][0].axis) for name in mapped)
     rows = tuple(RewriteRow(name, new_names[name], shapes[name], records[name].dtype,
                             new_dtypes.get(name, records[name].dtype)) for name in kept)
     kept_set = set(kept)
     dropped = tuple(name for name in cat.ordered_names if name not in kept_set)
     nbytes = sum(catalog_module.value_bytes(row.shape, row.new_dtype) for row in rows)
     if dry_run:
-        return RewriteReport(source, output, rows, dropped, nbytes, written=False, row_counts=row_counts)
+        return RewriteReport(source, output, rows, dropped, nbytes, written=False, row_counts=row_counts,
+                             row_axes=row_axes)
     source_format = registry.format_of(source)
     reader = source_format.part_reader(source) if mapped and output_format.holds_parts else None
     with reader if reader is not None else contextlib.nullcontext():
         written = checkpoint_writer.write_checkpoint(
             output, _rewritten(source, rows, mapped, records, reader), checkpoint_format=output_format,
             sources=[source], overwrite=overwrite, specs=[(row.new, row.shape, row.new_dtype) for row in rows])
-    return RewriteReport(source, output, rows, dropped, written.nbytes, written=True, row_counts=row_counts)
+    return RewriteReport(source, output, rows, dropped, written.nbytes, written=True, row_counts=row_counts,
+                         row_axes=row_axes)
 
 
 def parse_cast(texts) -> dict:

@@ -19,12 +19,12 @@ Example::
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import zlib
 
-from ...errors import clipped
+from ... import bounded_json
+from ...errors import SubsetSaverError, clipped
 from ..memory import evict_oldest, recycled_bytes
 from .format import (
     HASH_IN_THREADS,
@@ -133,6 +133,14 @@ class Archive:
             with self._source.directory_stream() as stream, zipfile.ZipFile(stream) as archive:
                 infos = archive.infolist()
                 directory_start = archive.start_dir
+        except SubsetSaverError:
+            raise
+        except NotImplementedError as error:  # zipfile's word for a "version needed to extract" past its own
+            raise self._fail(
+                f"its zip directory asks for a reader of {error}, which no portable checkpoint needs (they are "
+                "zip 2.0, or 4.5 with zip64); the file was not written by subsetsaver or was tampered with; "
+                "use another checkpoint"
+            ) from error
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error, OSError) as error:
             raise self._fail(
                 f"not a complete npz archive: its zip directory is missing or damaged ({error}); "
@@ -205,8 +213,8 @@ class Archive:
         if zlib.crc32(text) != info.CRC:
             raise self._fail("manifest fails its CRC-32 check: it was edited or damaged", name)
         try:
-            content = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
+            content = bounded_json.loads(text)
+        except ValueError as error:
             raise self._fail(f"manifest is not valid JSON ({error})", name) from error
         return manifest_from_json(content, self.path, {member: info.CRC for member, info in self._members.items()})
 

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 
-from ... import storage
+from ... import bounded_json, storage
 
 STATE_FILENAME = "checkpoint_npz.json"
 STATE_FORMAT = "subsetsaver.npz-state"
@@ -52,8 +52,8 @@ def read_state(path) -> NpzState | None:
     except OSError:
         return None
     try:
-        state = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        state = bounded_json.loads(data)
+    except ValueError:
         return None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return None

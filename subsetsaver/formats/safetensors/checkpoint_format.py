@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from ... import storage
+from ... import bounded_json, storage
 from ..format_protocol import CheckpointFormat, Contents, TensorInfo
 from . import codec
 
@@ -58,8 +58,8 @@ SAFETENSORS = SafetensorsFormat()
 def _recorded_roles(metadata, names):
     """Role -> names, from the ``roles`` metadata subsetsaver writes (name -> roles); None without it."""
     try:
-        recorded = json.loads(metadata.get("roles", "null"))
-    except (ValueError, RecursionError):
+        recorded = bounded_json.loads(metadata.get("roles", "null"))
+    except ValueError:
         return None
     if not isinstance(recorded, dict):
         return None

@@ -23,7 +23,7 @@ import math
 import os
 import re
 
-from ... import storage
+from ... import bounded_json, storage
 from ...errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 from ..wire.crc32c import crc32c
 
@@ -68,8 +68,8 @@ def header(path):
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise CheckpointNotFoundError(f"no safetensors file at '{path}'", path=path) from None
     try:
-        parsed = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        parsed = bounded_json.loads(raw, max_bytes=MAX_HEADER_BYTES)
+    except ValueError as error:
         raise _corrupt(path, f"its header is not JSON ({str(error)[:100]})") from None
     if not isinstance(parsed, dict):
         raise _corrupt(path, "its header is not a JSON object")
