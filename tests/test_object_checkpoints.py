@@ -21,7 +21,6 @@ import pytest
 import tensorflow as tf
 
 from subsetsaver import catalog
-from subsetsaver import cli as cli_module
 from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats.tf import bundle as tf_bundle
 from subsetsaver.formats.tf import object_graph as tf_object_graph
@@ -79,19 +78,6 @@ CURRENT_CATALOG = sorted(MODEL + [
     ("learning_rate", "optimizer/_learning_rate", ["hyperparameter", "optimizer"], None),
 ] + [(f"Adam/{slot}/{name}", f"optimizer/_variables/{CURRENT_SLOTS[name] + offset}", ["slot"], name)
      for name in TRAINED for offset, slot in enumerate("mv")])
-
-
-@pytest.fixture
-def run_cli(capsys):
-    """Run ``subsetsaver ARGS`` the way the entry point does; (exit code, stdout, stderr)."""
-
-    def run(*args):
-        with pytest.raises(SystemExit) as exit_info:
-            cli_module.main(list(args))
-        captured = capsys.readouterr()
-        return exit_info.value.code, captured.out, captured.err
-
-    return run
 
 
 @pytest.fixture(scope="module")
