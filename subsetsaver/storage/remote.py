@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from .. import bounded_json
+from .. import bounded_json, workers
 from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
 from . import remote_ranges
 from .contract import RangeReader, StorageBackend
@@ -115,7 +115,6 @@ class RemoteStorage(StorageBackend):
         self._filesystem = None
         self._lock = threading.Lock()
         self._held = {}  # directory URL -> URL of the lock object this process created there
-        self._executor = None  # threads for file systems without an event loop (memory://)
         self._memo = {}  # (question, URL) -> (monotonic time asked, answer); see METADATA_FRESH_SECONDS
 
     @property
@@ -396,9 +395,8 @@ class RemoteStorage(StorageBackend):
 
             return asyncio.run_coroutine_threadsafe(filesystem._cat_file(path, start=start, end=end),
                                                     filesystem.loop)
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(MAX_REQUESTS, thread_name_prefix="subsetsaver-read")
-        return self._executor.submit(filesystem.cat_file, path, start=start, end=end)
+        requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
+        return requests.submit(filesystem.cat_file, path, start=start, end=end)
 
     def _result(self, path, future, start, end):
         try:
