@@ -129,7 +129,7 @@ OTHER_BACKEND = textwrap.dedent("""
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_it_runs_on_the_torch_and_jax_backends_without_tensorflow(source, tmp_path, backend):
     if importlib.util.find_spec(backend) is None:
-        pytest.skip(f"{backend} is not installed (the test extra installs it)")
+        pytest.skip(f"Keras 3 on the {backend} backend: {backend} is not installed (CI installs it)")
     path, values = source
     tests = os.path.dirname(os.path.abspath(__file__))
     environment = {**os.environ, "KERAS_BACKEND": backend,
