@@ -33,6 +33,7 @@ import datetime
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -40,8 +41,16 @@ import threading
 import time
 
 from .. import bounded_json
-from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
-from . import remote_ranges
+from ..errors import (
+    CheckpointNotFoundError,
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    RemoteStorageError,
+    StoreUnreachableError,
+    SubsetSaverError,
+    clipped,
+)
+from . import remote_limits, remote_ranges
 from .local_files import RangeReader
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
@@ -67,6 +76,13 @@ CREDENTIALS = {
           "AWS_PROFILE and ~/.aws/credentials, or an instance role (AWS_ENDPOINT_URL points it at another "
           "S3-compatible store); check them and the bucket's permissions",
 }
+ENDPOINTS = {"gcs": "STORAGE_EMULATOR_HOST", "s3": "AWS_ENDPOINT_URL"}
+"""The setting that points each client at another server."""
+_UNREACHABLE = frozenset({  # the clients' own words for "no connection" or "no answer in time"
+    "ClientConnectorError", "ClientConnectionError", "ServerDisconnectedError", "ServerTimeoutError",
+    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError", "TransportError"})
+_HTTP_URL = re.compile(r"https?://\S+")
+_TIMEOUTS = frozenset({"ServerTimeoutError", "ConnectTimeoutError", "ReadTimeoutError"})
 _CREDENTIAL_SIGNS = ("credential", "forbidden", "accessdenied", "access denied", "invalidaccesskeyid",
                      "signaturedoesnotmatch", "unauthorized", "401", "403", "expiredtoken", "invalid_grant")
 
@@ -113,6 +129,9 @@ class RemoteStorage:
     def __init__(self, protocol: str):
         self.protocol = protocol
         self._filesystem = None
+        self._limits = None  # those the file system was made with
+        self._buckets = set()  # buckets seen to exist
+        self._versions = {}  # URL -> its version when a reader opened it
         self._lock = threading.Lock()
         self._held = {}  # directory URL -> URL of the lock object this process created there
         self._executor = None  # threads for file systems without an event loop (memory://)
@@ -120,52 +139,60 @@ class RemoteStorage:
 
     @property
     def filesystem(self):
-        """The fsspec file system, made on first use (listings are never cached: other processes write too)."""
-        if self._filesystem is None:
+        """The fsspec file system with the time-outs of ``remote_limits``, made on first use and again when
+        the limits change (listings are never cached: other processes write too)."""
+        limits = remote_limits.current()
+        if self._filesystem is None or self._limits != limits:
             with self._translated(f"{self.protocol}://", "open a connection to"):
                 import fsspec
 
-                self._filesystem = fsspec.filesystem(self.protocol, use_listings_cache=False)
+                remote_limits.quiet_clients()
+                self._filesystem = remote_limits.within_budget(  # gcsfs may look for credentials on the network
+                    fsspec.filesystem, self.protocol, use_listings_cache=False, budget=limits.budget,
+                    **limits.client_options(self.protocol))
+                self._limits = limits
         return self._filesystem
+
+    def _call(self, url, action, method, *args, absent_is_error=False, **kwargs):
+        """``filesystem.method(*args, **kwargs)`` within the retry budget, its errors as the library's."""
+        with self._translated(url, action, absent_is_error):
+            return remote_limits.within_budget(getattr(self.filesystem, method), *args,
+                                               budget=remote_limits.current().budget, **kwargs)
 
     def exists(self, path) -> bool:
         return self._info(path) is not None
 
     def is_directory(self, path) -> bool:
-        def ask():
-            with self._translated(path, "look for"):
-                return bool(self.filesystem.isdir(path))
-        return self._remembered("is_directory", path, ask)
+        return self._remembered("is_directory", path, lambda: bool(self._call(path, "look for", "isdir", path)))
 
     def list_directory(self, directory) -> list:
         """The base names in ``directory``, sorted; FileNotFoundError when nothing is there."""
-        with self._translated(directory, "list"):
-            entries = self.filesystem.ls(directory, detail=False)
+        entries = self._call(directory, "list", "ls", directory, detail=False)
         return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
 
     def size(self, path) -> int:
         """The object's length in bytes; FileNotFoundError when there is none."""
         info = self._info(path)
         if info is None:
-            raise FileNotFoundError(f"no object '{path}'")
+            raise CheckpointNotFoundError(f"no object '{path}'", path=path)
         if info.get("type") == "directory":
-            raise FileNotFoundError(f"'{path}' is a directory, not an object")
+            raise CheckpointNotFoundError(f"'{path}' is a directory, not an object", path=path)
         return int(info["size"])
 
     def read_bytes(self, path, limit=None) -> bytes:
         """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""
         if limit is None:
             def ask():
-                with self._translated(path, "read"):
-                    data = self.filesystem.cat_file(path)
+                data = self._call(path, "read", "cat_file", path)
                 return data if len(data) <= MEMO_OBJECT_BYTES else _Unremembered(data)
             data = self._remembered("read_bytes", path, ask)
             return data.value if isinstance(data, _Unremembered) else data
         if limit <= 0:
             return b""
         try:
-            with self._translated(path, "read"):
-                return self.filesystem.cat_file(path, start=0, end=int(limit))
+            return self._call(path, "read", "cat_file", path, start=0, end=int(limit))
+        except StoreUnreachableError:
+            raise
         except RemoteStorageError:
             if self.size(path) == 0:  # S3 answers a range of an empty object with an error
                 return b""
@@ -197,12 +224,10 @@ class RemoteStorage:
         with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
             sink.write(index_bytes)
         """
-        with self._translated(path, "start writing", absent_is_error=True):
-            sink = _UploadSink(self.filesystem, path)
+        sink = _UploadSink(self, path)
         try:
             yield sink
-            with self._translated(path, "finish writing", absent_is_error=True):
-                sink.finish()
+            sink.finish()
         except BaseException:
             sink.discard()
             raise
@@ -235,15 +260,13 @@ class RemoteStorage:
 
     def modified(self, path) -> int:
         """When the object was last written, in nanoseconds since the epoch; FileNotFoundError when absent."""
-        with self._translated(path, "look for"):
-            when = self.filesystem.modified(path)
+        when = self._call(path, "look for", "modified", path)
         return int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else int(when)
 
     def remove(self, path) -> None:
         """Delete the object; nothing to do when it is absent."""
         try:
-            with self._translated(path, "remove"):
-                self.filesystem.rm_file(path)
+            self._call(path, "remove", "rm_file", path)
         except FileNotFoundError:
             pass
         finally:
@@ -264,8 +287,7 @@ class RemoteStorage:
                                  "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
             for attempt in range(2):
                 try:
-                    with self._translated(lock_url, "create the writer lock"):
-                        self._create_exclusively(lock_url, holder.encode())
+                    self._create_exclusively(lock_url, holder.encode())
                     break
                 except FileExistsError:
                     other = self._holder(lock_url)
@@ -292,11 +314,23 @@ class RemoteStorage:
         """fsspec's ``info`` of ``path``, or None when nothing is there; remembered (see METADATA_FRESH_SECONDS)."""
         def ask():
             try:
-                with self._translated(path, "look for"):
-                    return self.filesystem.info(path)
+                return self._call(path, "look for", "info", path)
             except FileNotFoundError:
+                self._check_bucket(path)
                 return None
         return self._remembered("info", path, ask)
+
+    def _check_bucket(self, path):
+        """RemoteStorageError when the bucket of ``path`` (gs://, s3://) does not exist: a missing object is then
+        named as a missing bucket. Asked when an object is absent, once per bucket that exists."""
+        bucket = path.partition("://")[2].split("/", 1)[0]
+        if self.protocol not in EXTRAS or bucket in self._buckets:
+            return
+        root = f"{self.protocol}://{bucket}"
+        if not self._call(path, "look for", "exists", root):
+            raise RemoteStorageError(f"cannot look for '{path}': the bucket '{bucket}' does not exist", path,
+                                     "check the bucket's name, or create the bucket first")
+        self._buckets.add(bucket)
 
     def _remembered(self, question, path, ask):
         """The answer to ``question`` about ``path``: a fresh one remembered, else ``ask()`` (and remember it).
@@ -318,12 +352,14 @@ class RemoteStorage:
         self._memo.clear()
 
     def _create_exclusively(self, path, data):
-        try:
-            self.filesystem.pipe_file(path, data, mode="create")
-        except TypeError:  # a file system without conditional writes: a check, then a write
-            if self.filesystem.exists(path):
-                raise FileExistsError(path) from None
-            self.filesystem.pipe_file(path, data)
+        budget = remote_limits.current().budget
+        with self._translated(path, "create the writer lock", absent_is_error=True):
+            try:
+                remote_limits.within_budget(self.filesystem.pipe_file, path, data, mode="create", budget=budget)
+            except TypeError:  # a file system without conditional writes: a check, then a write
+                if remote_limits.within_budget(self.filesystem.exists, path, budget=budget):
+                    raise FileExistsError(path) from None
+                remote_limits.within_budget(self.filesystem.pipe_file, path, data, budget=budget)
 
     def _holder(self, lock_url):
         try:
@@ -348,7 +384,10 @@ class RemoteStorage:
                 try:
                     with self._translated(path, "read"):
                         yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
-                except RemoteStorageError:  # a range past the end is refused, not cut short; else the
+                except RemoteStorageError as error:  # a range past the end is refused, not cut short; else the
+                    if _timed_out(error.__cause__):  # a store that stopped sending had its time: no second wait
+                        raise
+                    self._check_replaced(path)
                     self._check_reaches(path, run[-1].end)  # stream broke: parts (with retries) read the rest
                     yield from self._in_parts(path, [block for block in run if not block.handed_out])
             else:
@@ -384,8 +423,9 @@ class RemoteStorage:
         if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
             import asyncio  # loaded with the first remote read, not by every command
 
-            return asyncio.run_coroutine_threadsafe(filesystem._cat_file(path, start=start, end=end),
-                                                    filesystem.loop)
+            budget = remote_limits.current().budget
+            return asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(MAX_REQUESTS, thread_name_prefix="subsetsaver-read")
         return self._executor.submit(filesystem.cat_file, path, start=start, end=end)
@@ -394,7 +434,10 @@ class RemoteStorage:
         try:
             with self._translated(path, "read"):
                 data = future.result()
+        except StoreUnreachableError:
+            raise
         except SubsetSaverError:
+            self._check_replaced(path)
             self._check_reaches(path, end)
             raise
         if len(data) != end - start:
@@ -402,9 +445,29 @@ class RemoteStorage:
         return data
 
     def _ended_early(self, path, position, end):
+        self._check_replaced(path)
         self._check_reaches(path, end)
         raise CorruptCheckpointError(f"'{path}' ended at byte {position} while bytes up to {end} were read; the "
                                      "object changed while it was read: read it again")
+
+    def opened(self, path) -> int:
+        """The size of ``path``, its version (generation, ETag) noted: a read that fails later names the
+        object as replaced when the version has changed since."""
+        size = self.size(path)
+        self._versions[path] = _version(self._info(path))
+        return size
+
+    def _check_replaced(self, path):
+        """Raise, naming ``path``, when it is gone or is no longer the version :meth:`opened` noted (asked anew)."""
+        self._memo.pop(("info", path), None)
+        info = self._info(path)
+        if info is None:
+            raise CheckpointNotFoundError(f"'{path}' was deleted while it was read; its checkpoint was removed or "
+                                          "replaced: read it again", path=path)
+        before, now = self._versions.get(path), _version(info)
+        if before is not None and now is not None and before != now:
+            raise CorruptCheckpointError(f"'{path}' was replaced while it was read (version {clipped(before, 40)} when "
+                                         f"opened, {clipped(now, 40)} now): read the checkpoint again", path=path)
 
     def _check_reaches(self, path, end):
         size = self.size(path)
@@ -422,7 +485,7 @@ class RemoteStorage:
             yield
         except FileNotFoundError as error:
             if not absent_is_error:
-                raise
+                raise CheckpointNotFoundError(f"no object '{url}'", path=url) from error
             raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
                                      "check the bucket's name, or create the bucket first") from error
         except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
@@ -431,8 +494,19 @@ class RemoteStorage:
             raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
                                      install_fix(self.protocol)) from error
         except Exception as error:
+            if _unreachable(error):
+                raise self._unreachable_error(url, action) from error
             raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
                                      self._fix_for(error)) from error
+
+    def _unreachable_error(self, url, action):
+        endpoint = ENDPOINTS.get(EXTRAS.get(self.protocol))
+        where = f" (check {endpoint} and the network)" if endpoint else ""
+        return StoreUnreachableError(
+            f"cannot {action} '{url}': no answer from the store within the {remote_limits.current().budget:g} s "
+            "retry budget", url,
+            f"the server is unreachable or stopped sending{where}, the bucket is missing, or the credentials are "
+            f"refused; to wait longer, set {remote_limits.ENVIRONMENT['budget']} (seconds)")
 
     def _fix_for(self, error):
         text = f"{type(error).__name__} {error} {getattr(error, 'code', '')}".lower()
@@ -453,7 +527,7 @@ class RemoteReader(RangeReader):
 
     def __init__(self, storage, path):
         self.storage, self.path = storage, path
-        self.size = storage.size(path)
+        self.size = storage.opened(path)
 
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
@@ -468,41 +542,51 @@ class RemoteReader(RangeReader):
 
 
 class _UploadSink:
-    """Where ``replacing`` writes: the store's own buffered upload, or a spool sent whole at the end."""
+    """Where ``replacing`` writes: the store's own buffered upload, or a spool sent whole at the end. Each
+    request (a part sent, the upload finished) is bounded by the retry budget, its errors the library's."""
 
-    def __init__(self, filesystem, path):
-        self.filesystem, self.path = filesystem, path
+    def __init__(self, storage, path):
+        self.storage, self.path = storage, path
+        filesystem = self.filesystem = storage.filesystem
         self.handle = None
         self.spool = None
         if getattr(filesystem, "async_impl", False):  # gcsfs, s3fs, adlfs: uploads in parts, published on close
-            self.handle = filesystem.open(path, "wb", block_size=UPLOAD_BLOCK)
+            self.handle = self._bounded("start writing", filesystem.open, path, "wb", block_size=UPLOAD_BLOCK)
         elif filesystem.protocol in ("memory", ("memory",)):  # its open() would publish an empty object at once
             self.spool = io.BytesIO()
         else:
             self.spool = tempfile.TemporaryFile()
 
+    def _bounded(self, action, function, *args, **kwargs):
+        with self.storage._translated(self.path, action, absent_is_error=True):
+            return remote_limits.within_budget(function, *args, budget=remote_limits.current().budget, **kwargs)
+
     def write(self, buffer) -> int:
         data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-        return (self.handle or self.spool).write(data)
+        if self.handle is None:
+            return self.spool.write(data)
+        return self._bounded("write", self.handle.write, data)
 
     def finish(self):
         if self.handle is not None:
-            self.handle.close()
+            self._bounded("finish writing", self.handle.close)
         elif isinstance(self.spool, io.BytesIO):
-            self.filesystem.pipe_file(self.path, self.spool.getvalue())
+            self._bounded("finish writing", self.filesystem.pipe_file, self.path, self.spool.getvalue())
         else:
             self.spool.flush()
             self.spool.seek(0)
             with tempfile.NamedTemporaryFile() as staged:
                 shutil.copyfileobj(self.spool, staged)
                 staged.flush()
-                self.filesystem.put_file(staged.name, self.path)
+                self._bounded("finish writing", self.filesystem.put_file, staged.name, self.path)
 
     def discard(self):
-        """Cancel the upload so that nothing appears, and keep the handle from finalizing it when collected."""
+        """Cancel the upload so that nothing appears, and keep the handle from finalizing it when collected.
+        The cancel is waited for at most the connect time-out: when the store is unreachable, it is left to
+        its client (an upload never finished never appears)."""
         if self.handle is not None:
             with contextlib.suppress(Exception):
-                self.handle.discard()
+                remote_limits.within_budget(self.handle.discard, budget=remote_limits.current().connect)
             self.handle.closed = True
         if self.spool is not None:
             self.spool.close()
@@ -534,6 +618,38 @@ def _describe(holder):
     return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
 
 
+def _version(info):
+    """The store's version of an object (Cloud Storage's generation, S3's ETag), or None where it has none."""
+    for field in ("generation", "ETag", "etag"):
+        if info and info.get(field):
+            return str(info[field])
+    return None
+
+
+def _unreachable(error) -> bool:
+    """Whether ``error`` says the store did not answer (no connection, a time-out), by its class or a cause's."""
+    return any(isinstance(cause, (TimeoutError, ConnectionError)) or _UNREACHABLE & _class_names(cause)
+               for cause in _causes(error))
+
+
+def _timed_out(error) -> bool:
+    """Whether ``error`` (or a cause) is a time-out: a connect, read or budget time-out."""
+    return any(isinstance(cause, TimeoutError) or _TIMEOUTS & _class_names(cause) for cause in _causes(error))
+
+
+def _causes(error):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _class_names(error) -> set:
+    return {kind.__name__ for kind in type(error).__mro__}
+
+
 def _first_line(error):
+    """The first line of ``error``, the server's own HTTP URLs left out: the user's URL names the object."""
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
+    return _HTTP_URL.sub("<the server's URL>", text.splitlines()[0])[:300]
