@@ -129,7 +129,7 @@ def run(report=print_line):
     try:
         count = max(3, int(GIGABYTES * 1024 / TENSOR_MB))
         prefix = os.path.join(directory, "model")
-        from subsetsaver.formats import tf_bundle
+        from subsetsaver.formats.tf import bundle as tf_bundle
 
         rows = TENSOR_MB * 2**20 // 4 // 1024
         with tf_bundle.BundleWriter(prefix) as writer:  # a third of the tensors are 'Adam' slots
@@ -153,14 +153,14 @@ def run(report=print_line):
             os.sync()
 
         (ours, ours_peak), (theirs, theirs_peak) = paired(
-            ours_cli + ["slim", prefix, "--keep", "~name('*/Adam')", "-o", slim_out],
+            ours_cli + ["slim", prefix, "--keep", "~name('**/Adam')", "-o", slim_out],
             [sys.executable, "-c", TF_COPY, prefix, tf_out], clean)
         note = (f"{size * 2 / 3 / 2**30:.2f} GB written and verified; peak RSS ours {ours_peak / 2**20:.0f} MB, "
                 f"TensorFlow {theirs_peak / 2**20:.0f} MB; largest tensor {TENSOR_MB} MB")
         report("slim two thirds of it (ours verifies every tensor)", ours, theirs, note)
         (ours, ours_peak), (theirs, theirs_peak) = paired(
             ours_cli + ["convert", prefix, os.path.join(directory, "out", "m.safetensors"),
-                        "--keep", "~name('*/Adam')"],
+                        "--keep", "~name('**/Adam')"],
             [sys.executable, "-c", TF_COPY, prefix, tf_out], clean)
         report("convert two thirds of it to safetensors", ours, theirs,
                f"peak RSS ours {ours_peak / 2**20:.0f} MB (safetensors' writer holds what it writes), "

@@ -41,7 +41,7 @@ save_file(tensors, output)
 def gpt2_checkpoint(directory, layers=12, width=768, vocab=50257, context=1024):
     import numpy as np
 
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     rng = np.random.default_rng(0)
     prefix = os.path.join(directory, "model.ckpt")

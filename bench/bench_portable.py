@@ -131,7 +131,7 @@ class _without_fsync:
     ``os.fsync``, ``os.fdatasync`` and ``local_files.fsync_directory`` are no-ops in this process until exit."""
 
     def __enter__(self):
-        from subsetsaver.formats import local_files
+        from subsetsaver.storage import local as local_files
 
         def skipped(_):
             return None

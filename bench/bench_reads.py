@@ -37,7 +37,7 @@ def make_checkpoint(prefix, shift):
     """About GIGABYTES of float32 tensors of TENSOR_MB each, a third of them named as Adam slots."""
     import numpy as np
 
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     count = max(3, int(GIGABYTES * 1024 / TENSOR_MB))
     rows = TENSOR_MB * 2**20 // 4 // 1024
@@ -50,14 +50,14 @@ def make_checkpoint(prefix, shift):
 
 
 def data_files(prefix):
-    from subsetsaver.formats import publish
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
-    return [path for path in publish.bundle_files(prefix) if ".data-" in path]
+    return tf_bundle.data_files(prefix)
 
 
 def drop_cache(paths):
     """Written pages flushed, then the page cache dropped; returns how ('drop_caches' or 'fadvise')."""
-    from subsetsaver.formats import storage
+    from subsetsaver import storage
 
     storage.finish_background_work()
     os.sync()
@@ -85,7 +85,7 @@ def cat(paths):
 
 def line(label, ours, paths, inputs, report, *, cold, note="", runs=RUNS, clean=lambda: None):
     """One line: ``ours()`` against ``cat paths``, warm or cold; ``inputs``: bytes read per input."""
-    from subsetsaver.formats import storage
+    from subsetsaver import storage
 
     how = []
 
@@ -110,7 +110,7 @@ def line(label, ours, paths, inputs, report, *, cold, note="", runs=RUNS, clean=
 
 
 def run(report=print_line):
-    from subsetsaver.formats import storage
+    from subsetsaver import storage
     from subsetsaver.tools.convert import convert
     from subsetsaver.tools.diff import diff
     from subsetsaver.tools.slim import slim
@@ -145,7 +145,7 @@ def run(report=print_line):
                  note="every element's difference measured")
             line(f"read every tensor of {size / 2**30:.2f} GB, verified", read_all, data_files(a), size, report,
                  cold=cold, runs=runs, note="what convert and slim read")
-            line("slim two thirds of it", lambda: slim(a, "~name('*/Adam')", os.path.join(out, "slim")),
+            line("slim two thirds of it", lambda: slim(a, "~name('**/Adam')", os.path.join(out, "slim")),
                  data_files(a), size * 2 // 3, report, cold=cold, runs=runs, clean=clean,
                  note="read, written durably, read back and verified")
             line("convert it to .npz", lambda: convert(a, os.path.join(out, "model.npz")), data_files(a), size, report,

@@ -178,7 +178,7 @@ def _large_checkpoint(directory, rows, width, parts=16):
     TensorFlow: ``(prefix, new_to_old, rows)``."""
     import numpy as np
 
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     prefix = os.path.join(directory, "large", "model")
     os.makedirs(os.path.dirname(prefix))

@@ -61,7 +61,7 @@ def alternating(ours, theirs, runs=RUNS, *, before=None):
 def cold():
     """Before a cold run: our background work finished, dirty pages written, the page cache
     dropped (when this process may), then :data:`PAUSE` seconds idle."""
-    from subsetsaver.formats import storage
+    from subsetsaver import storage
 
     storage.finish_background_work()
     os.sync()
@@ -76,7 +76,7 @@ def cold():
 def warm():
     """Before a warm run: our background work finished and dirty pages written (so no side's fsync
     waits for the other's writeback), the page cache and memory left as the last run left them."""
-    from subsetsaver.formats import storage
+    from subsetsaver import storage
 
     storage.finish_background_work()
     os.sync()

@@ -28,6 +28,13 @@ def names(module, *attributes) -> dict:
     return {attribute: (module, attribute) for attribute in attributes}
 
 
+def load(package, module, attribute=None):
+    """``attribute`` of ``module`` (relative to ``package``; None: the module itself), imported now: for a
+    table whose entries load when first used (the storage backends by URL scheme)."""
+    loaded = importlib.import_module(module, package)
+    return loaded if attribute is None else getattr(loaded, attribute)
+
+
 def exports(package, table):
     """``(__getattr__, __dir__)`` for the package named ``package``: ``table`` maps each exported
     name to ``(module, attribute)`` (attribute None: the module itself), imported on first use
@@ -37,9 +44,7 @@ def exports(package, table):
     def __getattr__(name):
         if name not in table:
             raise AttributeError(f"module '{package}' has no attribute '{name}'")
-        module, attribute = table[name]
-        loaded = importlib.import_module(module, package)
-        value = loaded if attribute is None else getattr(loaded, attribute)
+        value = load(package, *table[name])
         namespace[name] = value
         return value
 

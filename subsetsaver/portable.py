@@ -29,8 +29,9 @@ import os
 import weakref
 
 from . import catalog as catalog_module
+from . import storage
 from .errors import CheckpointMismatchError, RestoreOpsMissingError
-from .formats import npz, storage
+from .formats import npz
 from .planning import (
     PendingSave,
     SnapshotSession,
@@ -161,7 +162,7 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM,
 
     The values are fetched in runs of about 32 MB and written as they come (call it between
     training steps: runs are separate ``session.run`` calls); the file is written atomically through
-    the file layer (:mod:`subsetsaver.formats.storage`), under the directory's writer lock. ``checksum``:
+    the file layer (:mod:`subsetsaver.storage`), under the directory's writer lock. ``checksum``:
     'crc32' or 'sha256' per array (see :func:`subsetsaver.formats.npz.write`). Returns ``path``.
 
     ``blocking=False``: queue a snapshot of the selection in one ``session.run`` and write the file

@@ -29,7 +29,7 @@ def run_cli(capsys):
 def direct_transfers(tmp_path):
     """Skip, saying why, where the file system under ``tmp_path`` refuses O_DIRECT (tmpfs before Linux 6.6,
     some FUSE): every transfer there goes through the page cache, which tests/test_storage.py checks."""
-    from subsetsaver.formats import direct_io
+    from subsetsaver.storage import direct_io
 
     probe = os.path.join(tmp_path, ".direct-probe")
     descriptor = direct_io._open_direct(probe, os.O_WRONLY | os.O_CREAT)

@@ -22,19 +22,20 @@ ALLOWED = {
     "lazy_exports": set(),
     "bounded_json": set(),
     "tf_internals": set(),
-    "formats": {"bounded_json", "errors", "version", "lazy_exports"},
-    "catalog": {"errors", "tf_internals", "formats", "lazy_exports"},
+    "storage": {"bounded_json", "errors", "lazy_exports"},
+    "formats": {"bounded_json", "errors", "version", "lazy_exports", "storage"},
+    "catalog": {"errors", "tf_internals", "storage", "formats", "lazy_exports"},
     "selectors": {"errors", "tf_internals", "catalog", "lazy_exports"},
     "audit": {"errors", "catalog", "selectors", "lazy_exports"},
-    "planning": {"bounded_json", "errors", "tf_internals", "formats", "catalog", "selectors", "audit", "lazy_exports"},
-    "portable": {"errors", "formats", "catalog", "selectors", "planning", "lazy_exports"},
-    "training": {"errors", "formats", "audit", "planning", "lazy_exports"},
-    "tools": {"errors", "formats", "catalog", "selectors", "planning", "lazy_exports"},
+    "planning": {"bounded_json", "errors", "tf_internals", "storage", "formats", "catalog", "selectors", "audit", "lazy_exports"},
+    "portable": {"errors", "storage", "formats", "catalog", "selectors", "planning", "lazy_exports"},
+    "training": {"errors", "storage", "formats", "audit", "planning", "lazy_exports"},
+    "tools": {"errors", "storage", "formats", "catalog", "selectors", "planning", "lazy_exports"},
     "draw": {"errors", "catalog", "selectors", "audit", "planning", "lazy_exports"},
-    "layouts": {"bounded_json", "errors", "formats", "catalog", "selectors", "lazy_exports"},
-    "keras": {"bounded_json", "errors", "tf_internals", "formats", "catalog", "selectors", "planning", "portable",
+    "layouts": {"bounded_json", "errors", "storage", "formats", "catalog", "selectors", "lazy_exports"},
+    "keras": {"bounded_json", "errors", "tf_internals", "storage", "formats", "catalog", "selectors", "planning", "portable",
               "lazy_exports"},
-    "cli": {"bounded_json", "errors", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw",
+    "cli": {"bounded_json", "errors", "storage", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw",
             "keras", "layouts", "lazy_exports"},
     "__main__": {"cli"},
     "__init__": set(),  # the public surface re-exports every room
@@ -113,10 +114,7 @@ def test_no_private_name_crosses_a_module(path):
 
 
 # Imports of the package's own code inside a function, each with its reason.
-LOADED_ON_FIRST_USE = {
-    ("formats/storage.py", "subsetsaver.formats.remote_storage"): "a local command never needs the bucket backend",
-    ("formats/storage.py", "subsetsaver.formats.gfile_files"): "nor the backend of schemes only TensorFlow serves",
-}
+LOADED_ON_FIRST_USE = {}  # (module, imported module): reason; none today (storage's backends load from its table)
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -219,7 +217,7 @@ def _calls(path):
 FILE_SYSTEM_CALLS = {"os.replace", "os.rename", "os.fsync", "os.fdatasync", "os.link", "os.remove", "os.unlink",
                      "os.rmdir", "os.mkdir", "os.makedirs", "os.listdir", "os.scandir", "glob.glob", "shutil.rmtree",
                      "shutil.copyfile", "fcntl.flock"}
-FILE_LAYER = {"formats/local_files.py", "formats/gfile_files.py", "formats/remote_storage.py"}
+FILE_LAYER = {"storage/local.py", "storage/gfile.py", "storage/remote.py"}
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -228,13 +226,13 @@ def test_files_are_written_listed_and_removed_only_by_the_file_layer(path):
     if relative in FILE_LAYER:
         return
     found = [f"line {line}: {call}" for call, line in _calls(path) if call in FILE_SYSTEM_CALLS]
-    assert found == [], "ask subsetsaver.formats.storage instead"
+    assert found == [], "ask subsetsaver.storage instead"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_checkpoints_are_published_in_one_module(path):
     relative = str(path.relative_to(PACKAGE))
-    if relative in FILE_LAYER | {"formats/storage.py", "formats/publish.py", "formats/tf_bundle/writer.py"}:
+    if relative in FILE_LAYER | {"storage/__init__.py", "formats/publish.py", "formats/tf/bundle/writer.py"}:
         return  # tf_bundle/writer renames a staged bundle's shards before publishing it
     found = [f"line {line}: {call}" for call, line in _calls(path) if call == "storage.rename"]
     assert found == [], "publish through subsetsaver.formats.publish (or the one writer, formats.checkpoint_writer)"
@@ -244,11 +242,12 @@ def test_a_prefix_s_files_are_listed_in_one_module():
     pattern = re.compile(r"(glob\.glob|re\.compile)\([^)]*data-")  # a pattern that finds data files
     holders = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
                      if pattern.search(path.read_text(encoding="utf-8")))
-    assert holders == ["formats/publish.py"]
+    assert holders == ["formats/tf/bundle/files.py"]
 
 
 def _declared(room) -> set:
-    """The names ``subsetsaver/ROOM/__init__.py`` lists in ``__all__`` (None for a one-module room)."""
+    """The names ``subsetsaver/ROOM/__init__.py`` lists in ``__all__`` (None for a one-module room; ROOM may
+    be a package inside a room, ``formats/tf``)."""
     init = PACKAGE / room / "__init__.py"
     if not init.exists():
         return None
@@ -282,20 +281,48 @@ def _cross_room_imports(path):
     return found
 
 
+# Packages of the formats room that are front doors of their own: one per checkpoint format.
+FORMAT_PACKAGES = ("npz", "safetensors", "tf")
+
+
+def _format_package(dotted):
+    """``subsetsaver.formats.P`` for a module inside the format package P, else None."""
+    parts = dotted.split(".")
+    return ".".join(parts[:3]) if len(parts) > 2 and parts[1] == "formats" and parts[2] in FORMAT_PACKAGES else None
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_other_rooms_are_entered_through_their_front_door(path):
-    """Another room is imported as ``from subsetsaver.ROOM import NAME``, NAME in that room's ``__all__``."""
+    """Another room is imported as ``from subsetsaver.ROOM import NAME``, NAME in that room's ``__all__``
+    (or, for a format's package, ``from subsetsaver.formats.FORMAT import NAME``)."""
     if _room(_dotted(path)) == "__init__":
         return
     wrong = []
     for module, name, line in _cross_room_imports(path):
         room = _room(module)
-        declared = _declared(room)
-        if module != f"subsetsaver.{room}" or name is None:
-            wrong.append(f"line {line}: {module} (past subsetsaver.{room}'s __init__)")
+        door = module if module == _format_package(module) else f"subsetsaver.{room}"
+        declared = _declared(door.split(".", 1)[1].replace(".", "/"))
+        if module != door or name is None:
+            wrong.append(f"line {line}: {module} (past {door}'s __init__)")
         elif declared is not None and name not in declared:
-            wrong.append(f"line {line}: {name} (not in subsetsaver.{room}.__all__)")
+            wrong.append(f"line {line}: {name} (not in {door}.__all__)")
     assert wrong == [], "import another room's public names from the room itself"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_format_s_insides_stay_in_its_package(path):
+    """Outside a format's package (``formats/tf``, ``formats/npz``, ...) only that package's public names are imported."""
+    own = _format_package(_dotted(path))
+    wrong = []
+    for module, name, line, _ in _imports(path):
+        package = _format_package(module)
+        if package is None or package == own:
+            continue
+        public = _declared(package.split(".", 1)[1].replace(".", "/"))
+        whole_package = module == package and name == package.rsplit(".", 1)[1]
+        if not whole_package and (module not in (package, f"{package}.{name}") or name not in public):
+            wrong.append(f"line {line}: {module}.{name}")
+    assert wrong == [], "import a format's public names from its package (subsetsaver.formats.FORMAT)"
 
 
 def _lazy_table(path, name):
@@ -360,3 +387,11 @@ def test_names_loaded_on_first_use_are_found_and_only_their_tables_load_them():
                      if own_code.search(path.read_text(encoding="utf-8")))
     assert missing == [] and tables > 100
     assert loaders == ["cli/__init__.py"]
+
+
+@pytest.mark.parametrize("module", ["formats/checkpoint_writer.py", "formats/publish.py"])
+def test_the_one_writer_knows_formats_only_through_their_protocol(module):
+    """The writer and publishing import no format's package: what differs between formats (the commit file,
+    naming the latest, what is recorded) is declared by each format on its ``CheckpointFormat``."""
+    found = sorted({imported for imported, _, _, _ in _imports(PACKAGE / module) if _format_package(imported)})
+    assert found == []

@@ -281,7 +281,7 @@ backbone/conv/w/Adam_1       encoder/conv/w/Adam_1       [3, 3, 1, 4]  float32
 dry run: """ + f"{output} would hold 11 tensors (11 renamed, 0 cast, 9 dropped), 560 B; nothing written\n"
 
     as_json = json.loads(run_cli("rewrite", finetuned, "-o", output, "--keep", "name('head/dense/*') - slots()",
-                                 "--remap", "head/dense/w=head/kernel", "--cast", "name('*/b')=float16", "--dry-run",
+                                 "--remap", "head/dense/w=head/kernel", "--cast", "name('**/b')=float16", "--dry-run",
                                  "--json").stdout)
     assert as_json == {
         "source": finetuned, "output": str(output), "written": False,

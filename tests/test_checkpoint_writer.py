@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import checkpoint_writer, progress, registry, tf_bundle
+from subsetsaver.formats import checkpoint_writer, progress, registry
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 VALUES = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64)}
 SPECS = [(name, value.shape, value.dtype.name) for name, value in VALUES.items()]
@@ -137,7 +138,7 @@ def test_a_second_writing_process_is_refused_at_once_naming_the_first(tmp_path, 
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from subsetsaver.formats import storage
+            from subsetsaver import storage
             storage.hold_directory({str(tmp_path / 'out')!r})
             print('held', flush=True)
             sys.stdin.read()

@@ -34,9 +34,12 @@ from subsetsaver.errors import (
     SelectorSyntaxError,
     SubsetSaverError,
 )
-from subsetsaver.formats import npz, npz_state, safetensors_file, tf_bundle
-from subsetsaver.formats import tf_object_graph as object_graph
-from subsetsaver.formats.tf_bundle import proto
+from subsetsaver.formats import npz
+from subsetsaver.formats import npz as npz_state
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import object_graph
+from subsetsaver.formats.wire import protobuf as proto
 from subsetsaver.tools import convert
 
 FUZZ = settings(max_examples=int(os.environ.get("SUBSETSAVER_FUZZ_EXAMPLES", "150")), deadline=None,

@@ -19,8 +19,11 @@ import threading
 import numpy as np
 import pytest
 
+from subsetsaver import storage
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import direct_io, local_files, storage, tf_bundle
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.storage import direct_io
+from subsetsaver.storage import local as local_files
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
                                  reason="O_DIRECT is Linux's; elsewhere every transfer goes through the page cache"),

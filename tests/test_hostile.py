@@ -39,7 +39,7 @@ from subsetsaver.errors import (
     UnsupportedRegexError,
 )
 from subsetsaver.formats import npz as npzfile
-from subsetsaver.formats.tf_index import check_declared_sizes
+from subsetsaver.formats.tf.declared_sizes import check_declared_sizes
 from subsetsaver.selectors import parse
 from subsetsaver.tools import convert
 

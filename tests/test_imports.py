@@ -57,10 +57,10 @@ COMMAND_CHILD = ("import json, sys\n"
                  "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('subsetsaver.', 'email')))))\n")
 GRAPH_SIDE = ("subsetsaver.audit", "subsetsaver.catalog.dataflow", "subsetsaver.catalog.dataflow_roles",
               "subsetsaver.catalog.op_graph", "subsetsaver.catalog.training_state", "subsetsaver.catalog.sources",
-              "subsetsaver.catalog.meta_source", "subsetsaver.catalog.keras_source", "subsetsaver.formats.meta_graph",
+              "subsetsaver.catalog.meta_source", "subsetsaver.catalog.keras_source", "subsetsaver.formats.tf.meta_graph",
               "subsetsaver.planning.planner")
-WRITING_OR_REMOTE = ("subsetsaver.formats.remote_storage", "subsetsaver.formats.gfile_files",
-                     "subsetsaver.formats.tf_bundle.writer", "subsetsaver.formats.npz.reader",
+WRITING_OR_REMOTE = ("subsetsaver.storage.remote", "subsetsaver.storage.gfile",
+                     "subsetsaver.formats.tf.bundle.writer", "subsetsaver.formats.npz.reader",
                      "subsetsaver.formats.npz.writer", "subsetsaver.formats.npz.format")
 SELECTOR_LANGUAGE = ("subsetsaver.selectors.expressions", "subsetsaver.selectors.parser", "subsetsaver.tf_internals")
 # diff's command module is average's and rewrite's too, and they write: it loads the one writer
@@ -76,7 +76,7 @@ def test_a_file_command_loads_only_the_modules_that_read_its_files(tmp_path, com
     of local checkpoints load no graph-side module (audit, dataflow, MetaGraph, planner), no writer, no remote
     storage, and not the standard library's e-mail package (``importlib.metadata`` brings it); ``inspect``
     not the selector language either."""
-    from subsetsaver.formats import tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
 
     a = tf_bundle.write(tmp_path / "a", {"dense/w": np.ones((2, 3), np.float32)})
     b = tf_bundle.write(tmp_path / "b", {"dense/w": np.zeros((2, 3), np.float32)})
@@ -85,5 +85,5 @@ def test_a_file_command_loads_only_the_modules_that_read_its_files(tmp_path, com
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.splitlines()[-1])
-    assert "dense/w" in done.stdout and "subsetsaver.formats.tf_bundle.reader" in loaded
+    assert "dense/w" in done.stdout and "subsetsaver.formats.tf.bundle.reader" in loaded
     assert [name for name in loaded if name in never or name.startswith("email")] == []

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from kill_util import Zygote, read_log, wait_until_stopped
 
-from subsetsaver.formats import tf_bundle
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 SEED = int(os.environ.get("SUBSETSAVER_KILL_SEED", "24"))
 TIMED_KILLS = int(os.environ.get("SUBSETSAVER_KILL_TIMED", "1"))

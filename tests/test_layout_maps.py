@@ -11,7 +11,8 @@ import pytest
 import subsetsaver as ss
 from subsetsaver import layouts
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2"]
 
@@ -39,10 +40,17 @@ def gpt2_checkpoint(directory, extra=None, layers=2, width=8):
     return os.path.join(directory, "model.ckpt"), arrays
 
 
+GPT2_MATH = {"activation": {"key": "activation_function", "value": "gelu_new"},
+             "layer_norm_eps": {"key": "layer_norm_epsilon", "value": 1e-5},
+             "position_embedding": {"key": None, "value": "absolute"},
+             "tied_embeddings": {"key": "tie_word_embeddings", "value": True}}
+
+
 def write_map(path, rules, **fields):
     layout = {"name": "custom", "family": "GPT-2 (openai/gpt-2)", "source": {"layout": "tf", "config": "hparams.json"},
               "target": {"layout": "safetensors", "config": "config.json"}, "drop": "slots() | global_step()",
-              "rules": rules, "config": {"keys": {"n_embd": "n_embd"}}, **fields}
+              "rules": rules, "config": {"keys": {"n_embd": "n_embd", "n_vocab": "n_vocab"}}, "math": GPT2_MATH,
+              "targets": {"dtypes": ["float32"], "groups": [{"tensors": {"wte": ["n_vocab", "n_embd"]}}]}, **fields}
     with open(path, "w") as handle:
         json.dump(layout, handle)
     return str(path)
@@ -70,21 +78,21 @@ def test_an_unknown_map_is_one_error_naming_the_shipped_ones(tmp_path):
                           "hf-to-albert, hf-to-bert, hf-to-gpt2, or the path of a .json map file")
 
 
-def test_a_checkpoint_of_another_family_names_the_first_rule_that_finds_nothing(tmp_path):
+def test_a_checkpoint_of_another_family_is_named_so_before_its_config_is_read(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     error = refused(checkpoint, tmp_path / "out", map="bert-to-hf", config=tmp_path / "gpt2" / "hparams.json")
     assert str(error) == (
-        "this checkpoint is not a BERT (google-research/bert) checkpoint: rule 1 (bert/embeddings/word_embeddings -> "
-        "bert.embeddings.word_embeddings.weight) matches no tensor; this map reads BERT (google-research/bert) "
-        "checkpoints; this one holds model/h0/attn/c_attn/b, model/h0/attn/c_attn/w, model/h0/attn/c_proj/b, ...")
-    assert error.rule == "rule 1 (bert/embeddings/word_embeddings -> bert.embeddings.word_embeddings.weight)"
+        "this is not a BERT (google-research/bert) checkpoint: it holds model/h0/attn/c_attn/b, model/h0/attn/c_attn/w, "
+        "model/h0/attn/c_proj/b and 25 more, where the map reads bert/embeddings/word_embeddings, "
+        "bert/embeddings/token_type_embeddings, bert/embeddings/position_embeddings and 25 more; use the map for this "
+        "checkpoint's family; 'bert-to-hf' reads BERT (google-research/bert)")
 
 
 def test_a_shape_a_transform_cannot_produce_names_its_rule_and_writes_nothing(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     layout = write_map(tmp_path / "bad.json", [
         {"from": "model/wte", "to": "wte", "transform": [{"reshape": [5, -1]}]},
-        {"from": "*", "to": "rest.{1}"}])
+        {"from": "model/**", "to": "rest.{1}"}])
     error = refused(checkpoint, tmp_path / "out", map=layout)
     assert str(error) == ("rule 1 (model/wte -> wte) cannot convert 'model/wte' [11, 8]: cannot reshape shape "
                           "[11, 8] (88 values) to [5, -1]; the checkpoint is not of the shapes this map expects")
@@ -94,8 +102,9 @@ def test_every_unmapped_tensor_is_reported_at_once_before_a_byte_is_written(tmp_
     extra = {"model/extra_a": np.ones(3, np.float32), "model/h0/attn/extra_b": np.ones(2, np.float32)}
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2", extra)
     error = refused(checkpoint, tmp_path / "out", map="gpt2-to-hf")
-    assert str(error) == ("map 'gpt2-to-hf' has no rule for 2 tensor(s): model/extra_a, model/h0/attn/extra_b; "
-                          "add rules for them to a copy of the map, or drop them with the map's \"drop\"")
+    assert str(error) == ("this GPT-2 (openai/gpt-2) checkpoint holds 2 tensors the map and config do not describe: "
+                          "model/extra_a, model/h0/attn/extra_b; drop the extra tensors in a copy of the map (its "
+                          "\"drop\"), or give them rules")
 
 
 def test_a_missing_config_names_the_flag(tmp_path):
@@ -137,11 +146,13 @@ def test_gpt2_to_hf_and_back_is_bit_exact(tmp_path):
 def test_split_concatenate_and_cast_are_exact(tmp_path):
     """GPT-2's fused c_attn kernel split into query, key and value, then joined again."""
     checkpoint, arrays = gpt2_checkpoint(tmp_path / "gpt2", layers=1)
+    kept = "name('model/h*/attn/c_attn/w') | name('model/wte')"
+    qkv = {f"h0.{part}": ["n_embd", "n_embd"] for part in "qkv"}
     split = write_map(tmp_path / "split.json", [
         {"from": "model/h*/attn/c_attn/w", "to": ["h{1}.q", "h{1}.k", "h{1}.v"], "transform": [{"squeeze": 0}],
          "split": -1},
-        {"from": "model/wte", "to": "wte", "transform": [{"cast": "float16"}]},
-        {"from": "*", "to": "other/{1}"}])
+        {"from": "model/wte", "to": "wte", "transform": [{"cast": "float16"}]}], drop=f"~({kept})",
+        targets={"dtypes": ["float32", "float16"], "groups": [{"tensors": {**qkv, "wte": ["n_vocab", "n_embd"]}}]})
     report = ss.convert(checkpoint, tmp_path / "split", map=split)
     assert report.rows[:3] == (("model/h0/attn/c_attn/w", "h0.q", "squeeze(0), split(-1)", (8, 8)),
                                ("model/h0/attn/c_attn/w", "h0.k", "squeeze(0), split(-1)", (8, 8)),
@@ -154,13 +165,23 @@ def test_split_concatenate_and_cast_are_exact(tmp_path):
     joined = write_map(tmp_path / "join.json", [
         {"from": ["h*.q", "h*.k", "h*.v"], "to": "model/h{1}/attn/c_attn/w", "concat": -1,
          "transform": [{"expand_dims": 0}]},
-        {"from": "other/*", "to": "{1}"}, {"from": "wte", "to": "model/wte", "transform": [{"cast": "float32"}]}],
+        {"from": "wte", "to": "model/wte", "transform": [{"cast": "float32"}]}],
         source={"layout": "safetensors", "config": "config.json"}, target={"layout": "tf", "config": "hparams.json"},
-        drop=None, config={"keys": {"n_embd": "n_embd"}})
+        drop=None, config={"keys": {"n_embd": "n_embd", "n_vocab": "vocab_size"}},
+        math={**GPT2_MATH, "activation": {"key": None, "value": "gelu_new"},
+              "layer_norm_eps": {"key": None, "value": 1e-5}, "tied_embeddings": {"key": None, "value": True}},
+        targets={"dtypes": ["float32"], "groups": [{"tensors": {"model/h0/attn/c_attn/w": [1, "n_embd", "3 * n_embd"],
+                                                                 "model/wte": ["n_vocab", "n_embd"]}}]})
+    with open(tmp_path / "split" / "config.json") as handle:
+        assert json.load(handle) == {"n_embd": 8, "n_vocab": 11, "activation_function": "gelu_new",
+                                     "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    with open(tmp_path / "split" / "config.json", "w") as handle:
+        json.dump({"n_embd": 8, "vocab_size": 11}, handle)
     ss.convert(tmp_path / "split", tmp_path / "join", map=joined)
     with tf_bundle.BundleReader(tmp_path / "join" / "model.ckpt") as reader:
+        assert sorted(reader.names) == ["model/h0/attn/c_attn/w", "model/wte"]
         assert reader.read("model/h0/attn/c_attn/w").tobytes() == arrays["model/h0/attn/c_attn/w"].tobytes()
-        assert reader.read("model/h0/mlp/c_fc/w").tobytes() == arrays["model/h0/mlp/c_fc/w"].tobytes()
+        assert reader.read("model/wte").tobytes() == arrays["model/wte"].astype(np.float16).astype(np.float32).tobytes()
 
 
 def test_a_stream_that_breaks_its_plan_leaves_no_file(tmp_path):
@@ -235,7 +256,7 @@ def test_bert_kernels_are_transposed_and_older_gamma_beta_names_convert_back(tmp
                            specs=[(name, value.shape, value.dtype.name) for name, value in older.items()])
     os.replace(tmp_path / "hf" / "config.json", tmp_path / "older" / "config.json")
     ss.convert(tmp_path / "older", tmp_path / "back", map="hf-to-bert")
-    with tf_bundle.BundleReader(tmp_path / "back" / "model.ckpt") as reader:
+    with tf_bundle.BundleReader(tmp_path / "back" / "bert_model.ckpt") as reader:
         assert sorted(reader.names) == sorted(name for name in arrays if "/adam_" not in name)
         for name in reader.names:
             assert reader.read(name).tobytes() == arrays[name].tobytes(), name

@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
-from subsetsaver.formats import safetensors_file, tf_bundle
+from subsetsaver.formats import safetensors as safetensors_file
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = ("bert", "albert", "gpt2")
 CONFIG_FILES = {"bert": "bert_config.json", "albert": "albert_config.json", "gpt2": "hparams.json"}
+RELEASE_PREFIXES = {"bert": "bert_model.ckpt", "albert": "model.ckpt-best", "gpt2": "model.ckpt"}  # as each family ships
 TOKENS = np.array([[5, 17, 42, 8, 3, 77, 1, 64], [9, 2, 33, 50, 98, 12, 0, 7]], np.int32)
 SEGMENTS = np.array([[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]], np.int32)
-ORIGINAL_CODE = {"bert": "bert", "albert": "albert", "gpt2": "gpt_2_simple"}
+ORIGINAL_CODE = {"bert": "bert", "albert": "albert", "gpt2": "gpt_2_simple", "bert_classifier": "bert"}
 
 
 def _tf1(*arguments):
@@ -111,24 +113,42 @@ def test_round_trip_back_to_tf1_restores_in_the_original_code_with_the_same_outp
     source = saved(family)
     ss.convert(source / "model.ckpt", tmp_path / "hf", map=f"{family}-to-hf")
     report = ss.convert(tmp_path / "hf", tmp_path / "tf1", map=f"hf-to-{family}")
+    prefix = RELEASE_PREFIXES[family]
     assert sorted(os.listdir(tmp_path / "tf1")) == sorted(
-        ["checkpoint", CONFIG_FILES[family], "model.ckpt.data-00000-of-00001", "model.ckpt.index"])
+        ["checkpoint", CONFIG_FILES[family], f"{prefix}.data-00000-of-00001", f"{prefix}.index"])
     assert report.dropped == ()
     with open(source / CONFIG_FILES[family]) as original, open(tmp_path / "tf1" / CONFIG_FILES[family]) as back:
         original, back = json.load(original), json.load(back)
     assert {key: back[key] for key in original} == original  # ALBERT's adds the released files' fixed keys
     assert set(back) - set(original) <= {"net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep"}
-    with tf_bundle.BundleReader(source / "model.ckpt") as before, tf_bundle.BundleReader(tmp_path / "tf1/model.ckpt") as after:
+    with tf_bundle.BundleReader(source / "model.ckpt") as before, tf_bundle.BundleReader(tmp_path / "tf1" / prefix) as after:
         weights = [name for name in before.names if not name.endswith(("/Adam", "/Adam_1", "_power", "global_step"))]
         assert sorted(after.names) == sorted(weights)
         for name in weights:
             assert before.read(name).tobytes() == after.read(name).tobytes(), name
     # the TF1 code restores the directory's latest checkpoint by name and computes the same outputs
-    _tf1("run", family, str(tmp_path / "tf1" / "model.ckpt"), str(tmp_path / "tf1" / CONFIG_FILES[family]),
+    _tf1("run", family, str(tmp_path / "tf1" / prefix), str(tmp_path / "tf1" / CONFIG_FILES[family]),
          str(tmp_path / "outputs.npz"))
     expected, actual = np.load(source / "outputs.npz"), np.load(tmp_path / "outputs.npz")
     for key in expected.files:
         assert np.array_equal(expected[key], actual[key]), key
+
+
+def test_a_three_label_classifier_loads_in_bert_for_sequence_classification(saved, tmp_path):
+    """run_classifier.py's head: num_labels, the labels and the class reach config.json; the logits match TF1's."""
+    torch = pytest.importorskip("torch", reason="optional check: PyTorch is not installed")
+    transformers = pytest.importorskip("transformers", reason="optional check: transformers is not installed")
+    source = saved("bert_classifier")
+    (tmp_path / "labels.txt").write_text("contradiction\nentailment\nneutral\n")
+    report = ss.convert(source / "model.ckpt", tmp_path / "hf", map="bert-to-hf", labels=tmp_path / "labels.txt")
+    assert (report.heads, report.architecture) == (("classifier",), "BertForSequenceClassification")
+    model = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "hf")).eval()
+    assert model.config.id2label == {0: "contradiction", 1: "entailment", 2: "neutral"}
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(TOKENS.astype(np.int64)),
+                       token_type_ids=torch.tensor(SEGMENTS.astype(np.int64)),
+                       attention_mask=torch.ones(TOKENS.shape, dtype=torch.int64)).logits.numpy()
+    assert _max_difference(np.load(source / "outputs.npz")["logits"], logits) <= 1e-5
 
 
 def test_conversion_drops_optimizer_state_and_the_step_by_role(saved, tmp_path):
@@ -152,7 +172,7 @@ def test_transformers_save_pretrained_directory_converts_back(saved, tmp_path):
     ss.convert(source / "model.ckpt", tmp_path / "hf", map="bert-to-hf")
     transformers.BertModel.from_pretrained(str(tmp_path / "hf")).save_pretrained(str(tmp_path / "saved"))
     ss.convert(tmp_path / "saved", tmp_path / "tf1", map="hf-to-bert")
-    with tf_bundle.BundleReader(source / "model.ckpt") as before, tf_bundle.BundleReader(tmp_path / "tf1/model.ckpt") as after:
+    with tf_bundle.BundleReader(source / "model.ckpt") as before, tf_bundle.BundleReader(tmp_path / "tf1" / "bert_model.ckpt") as after:
         for name in after.names:
             assert before.read(name).tobytes() == after.read(name).tobytes(), name
         assert len(after.names) == 39
@@ -169,7 +189,7 @@ def test_conversion_runs_without_tensorflow(saved, tmp_path):
                           env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "None"
-    assert os.path.exists(tmp_path / "tf1" / "model.ckpt.index")
+    assert os.path.exists(tmp_path / "tf1" / "bert_model.ckpt.index")
 
 
 def test_dry_run_prints_the_table_and_writes_nothing(saved, tmp_path, run_cli):
@@ -184,5 +204,7 @@ def test_dry_run_prints_the_table_and_writes_nothing(saved, tmp_path, run_cli):
         "model/h0/ln_1/g         h.0.ln_1.weight         -           [32]",
     ]
     assert "model/h1/attn/c_attn/w  h.1.attn.c_attn.weight  squeeze(0)  [32, 96]" in lines
-    assert lines[-1] == "28 tensors, 113.9 KB; dropped 59 by the map's \"drop\"; nothing written (--dry-run)"
+    assert lines[-2:] == [
+        "coverage: 28 tensors the config implies, 28 found, 0 missing, 0 extra; heads: none; loads as GPT2LMHeadModel",
+        "28 tensors, 113.9 KB; dropped 59 by the map's \"drop\"; nothing written (--dry-run)"]
     assert not os.path.exists(tmp_path / "out")

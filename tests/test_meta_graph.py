@@ -1,6 +1,6 @@
 """MetaGraph files read without TensorFlow give the live graph's answers.
 
-``formats/meta_graph.py`` decodes a ``.meta`` file by hand; ``catalog/meta_source.py`` builds the
+``formats/tf/meta_graph.py`` decodes a ``.meta`` file by hand; ``catalog/meta_source.py`` builds the
 catalog and the same op-graph view a live graph gives. Here: the decoded messages equal
 TensorFlow's own parse; the op graph of a file equals the op graph of its live graph; every
 answer (catalog records, roles, selections, audit findings) from the ``.meta`` file of every graph
@@ -25,7 +25,7 @@ import subsetsaver as ss
 from subsetsaver import catalog
 from subsetsaver.audit import audit
 from subsetsaver.catalog.op_graph import OpGraph
-from subsetsaver.formats import meta_graph
+from subsetsaver.formats.tf import meta_graph
 
 v1 = tf.compat.v1
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -39,7 +39,7 @@ ANSWERS = textwrap.dedent("""
 
     SELECTIONS = ["trainable()", "bn_stats()", "slots()", "averages()", "global_step()", "local()",
                   "everything() - slots()", "trainable() | bn_stats()", "collection('model_variables')",
-                  "name('*/moving_*')", "scope('conv_1')"]
+                  "name('**/moving_*')", "scope('conv_1')"]
     AUDITS = ["trainable()", "trainable() | bn_stats()", "everything() - slots()", "trainable() | slots()",
               "everything()"]
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from subsetsaver.formats import npz_state
-from subsetsaver.formats.npz_state import STATE_FILENAME, STATE_FORMAT, NpzState, read_state, write_state
+from subsetsaver.formats import npz as npz_state
+from subsetsaver.formats.npz.state import STATE_FILENAME, STATE_FORMAT, NpzState, read_state, write_state
 
 
 def test_names():

@@ -23,8 +23,9 @@ import tensorflow as tf
 from subsetsaver import catalog
 from subsetsaver import cli as cli_module
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import tf_bundle, tf_object_graph
-from subsetsaver.formats.tf_bundle import proto
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import object_graph as tf_object_graph
+from subsetsaver.formats.wire import protobuf as proto
 from subsetsaver.tools import convert, slim
 
 v1 = tf.compat.v1

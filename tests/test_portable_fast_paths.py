@@ -14,11 +14,11 @@ import tensorflow as tf
 
 import subsetsaver as ss
 from subsetsaver import portable
-from subsetsaver.formats import local_files
 from subsetsaver.formats import npz as npzfile
 from subsetsaver.formats.npz import format as npz_format
 from subsetsaver.formats.npz import rows as npz_rows
 from subsetsaver.formats.npz import sources as npz_sources
+from subsetsaver.storage import local as local_files
 
 v1 = tf.compat.v1
 

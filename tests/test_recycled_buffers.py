@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from subsetsaver import CorruptCheckpointError, portable
-from subsetsaver.formats.npz import memory
+from subsetsaver.formats import memory
 
 v1 = tf.compat.v1
 MB = 1 << 20

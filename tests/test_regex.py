@@ -5,7 +5,6 @@ The patterns that backtrack run in a child process with a generous budget (a han
 a slow machine is not). Run ``SUBSETSAVER_FUZZ_EXAMPLES=5000`` for a longer fuzzing run.
 """
 
-import fnmatch
 import json
 import os
 import re
@@ -17,6 +16,7 @@ import warnings
 
 import pytest
 import re2
+from glob_cases import reference_captures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from regex_cases import loop_patterns
@@ -351,28 +351,105 @@ def test_globs_of_twenty_thousand_characters_finish_with_the_right_result():
     assert len(lines) == 2, f"no result after 60 s (return code {code}): {err[-2000:]}"
     assert lines[0] == [["[" * 20000], ["a" * 10000], ["ab" * 4000, "ba" * 4000], ["[" * 19999, "[" * 20000, "x[" * 10000]]
     assert lines[1] == lines[0][0]
-    small = ["[" * 100, "a*" * 50, "[ab]?" * 20, "*[" * 50]  # the same shapes, small enough for fnmatch itself
+    small = ["[" * 100, "a*" * 50, "[ab]?" * 20, "*[" * 50]  # the same shapes, small enough for the reference
     short = ["[" * 100, "[" * 99, "a" * 50, "a" * 49 + "b", "ab" * 20, "ba" * 20, "x[" * 50, "x"]
     assert [chosen(ss.name(glob), short) for glob in small] == \
-        [sorted(n for n in short if fnmatch.fnmatchcase(n, glob)) for glob in small] == \
+        [sorted(n for n in short if reference_captures(glob, n) is not None) for glob in small] == \
         [["[" * 100], ["a" * 50], ["ab" * 20, "ba" * 20], ["[" * 99, "[" * 100, "x[" * 50]]
 
 
+CAPTURE_CHILD = textwrap.dedent("""
+    import json, sys
+    from subsetsaver.selectors import glob_captures
+    globs, names = json.load(sys.stdin)
+    print(json.dumps([glob_captures(glob)(name) for glob, name in zip(globs, names)]), flush=True)
+""")
+
+
+def test_a_capturing_glob_of_twenty_four_stars_answers():
+    # Python's re with a '(.*?)' per star tries every way to cut the name: seconds at 8 stars, hours at 24.
+    globs, names = ["*a" * 24, "*a" * 24, "*/" * 23 + "*"], ["a" * 60 + "b", "a" * 60, "a/" * 59 + "a"]
+    lines, code, err = run_child(CAPTURE_CHILD, [globs, names], budget=60)
+    assert lines == [[None, [""] * 23 + ["a" * 36], None]], f"no result after 60 s (return code {code}): {err[-2000:]}"
+
+
 GLOB_ALPHABET = list("ab*?[]!-^\\/&~|.") + ["é"]
+NAME_ALPHABET = list("ab[]!-^\\/&~|.\n") + ["é"]
 
 
 @FUZZ
 @given(st.text(alphabet=st.sampled_from(GLOB_ALPHABET), max_size=12),
-       st.lists(st.text(alphabet=st.sampled_from(list("ab[]!-^\\/&~|.\n") + ["é"]), max_size=8), max_size=6))
-def test_a_glob_matches_as_fnmatch_does(glob, names):
-    assert chosen(ss.name(glob), names) == sorted(n for n in set(names) if fnmatch.fnmatchcase(n, glob))
+       st.lists(st.text(alphabet=st.sampled_from(NAME_ALPHABET), max_size=8), max_size=6),
+       st.sampled_from(["", "a", "/", "b/a", "]\n"]))
+def test_a_glob_matches_as_the_reference_matcher_does(glob, names, filler):
+    names = names + [glob.replace("*", filler).replace("?", filler[:1])]  # a name close to the glob
+    assert chosen(ss.name(glob), names) == sorted(n for n in set(names) if reference_captures(glob, n) is not None)
 
 
-def test_a_glob_translates_in_linear_time_as_fnmatch_reads_it():
-    assert patterns.glob_to_regex("*/moving_[!v]?") == "(?s:.*/moving_[^v].)"
-    assert patterns.glob_to_regex("[z-a]x") == r"(?s:[^\x00-\U0010ffff]x)"  # an empty range: nothing
-    assert patterns.glob_to_regex("[!]") == r"(?s:\[!\])" and patterns.glob_to_regex("[!]]") == "(?s:[^]])"
+@FUZZ
+@given(st.lists(st.sampled_from(["a", "b", "/", "*", "**", "**/", "?", "[ab]", "[!a]"]), max_size=8),
+       st.lists(st.sampled_from(["a", "b", "/", "ab", "\n"]), max_size=4))
+def test_captures_are_the_reference_matchers_and_fill_the_glob_back(pieces, fillers):
+    """Names built from the glob itself (each wildcard or class replaced by a few pieces), so most match."""
+    glob, name = "".join(pieces), "".join("".join(fillers) if piece[0] in "*?[" else piece for piece in pieces)
+    captures = patterns.glob_captures(glob)(name)
+    assert captures == reference_captures(glob, name)
+    if captures is not None:
+        assert len(captures) == patterns.glob_wildcard_count(glob)
+        if "[" not in glob:
+            assert patterns.fill_glob(glob, captures) == name
+
+
+NAMES = ["w", "conv_1/w", "conv_1/bn/moving_mean", "conv_1/bn/moving_mean/ExponentialMovingAverage", "a.b/c"]
+
+
+@pytest.mark.parametrize("glob, expected", [
+    ("*", ["w"]),  # '*' stays in its segment
+    ("*/*", ["a.b/c", "conv_1/w"]),
+    ("**", NAMES),
+    ("conv_1/**", NAMES[1:4]),
+    ("**/moving_*", ["conv_1/bn/moving_mean"]),
+    ("**/w", ["conv_1/w", "w"]),  # '**/' at a segment's start: zero segments too
+    ("conv_1/**/moving_mean", ["conv_1/bn/moving_mean"]),
+    ("conv**", NAMES[1:4]),  # '**' elsewhere: any run
+    ("***/w", ["conv_1/w", "w"]),  # three stars are '**'
+    ("conv_1?w", []),  # '?' is not '/'
+    ("a.b[/]c", []),  # nor is any class
+    ("a.b[!x]c", []),
+    ("a.b[.-0]c", []),  # '.' to '0' holds '/', but the class leaves it out
+    ("a[.-0]b/c", ["a.b/c"]),
+])
+def test_a_glob_keeps_to_segments_and_double_stars_cross_them(glob, expected):
+    assert chosen(ss.name(glob), NAMES) == sorted(expected)
+
+
+def test_captures_take_the_shortest_text_from_the_left():
+    captures = patterns.glob_captures
+    assert captures("layer_*/attention/**/kernel")("layer_3/attention/self/query/kernel") == ("3", "self/query/")
+    assert captures("*_*")("a_b_c") == ("a", "b_c")
+    assert captures("**/x")("x") == ("",) and captures("**/x")("a/x/x") == ("a/x/",)
+    assert captures("a**/b")("ax/y/b") == ("x/y",) and captures("a**/b")("ab") is None  # mid-segment: '**', then '/'
+    assert captures("[ab]?*")("ab") == ("b", "")  # a class captures nothing
+    assert captures("*")("a/b") is None and captures("é?")("éé") == ("é",)
+    assert captures("a?*")("a\ud800\ud800") == ("\ud800", "\ud800")  # lone surrogates come back as they went in
+    assert patterns.glob_wildcard_count("[*]*?**/x**") == 4
+
+
+def test_fill_glob_puts_each_capture_back_and_refuses_the_wrong_count():
+    assert patterns.fill_glob("[ab]/*/**/?", ("x", "p/q/", "z")) == "[ab]/x/p/q/z"
+    with pytest.raises(SelectorSyntaxError) as error:
+        patterns.fill_glob("a/*/b" + "c" * 300, ("x", "y"))
+    assert str(error.value) == ("the glob 'a/*/b" + "c" * 155 + "... (145 more characters)' has 1 wildcard(s), but "
+                                "2 capture(s) were given to fill it")
+
+
+def test_a_glob_translates_in_linear_time_as_fnmatch_reads_its_classes():
+    assert patterns.glob_to_regex("*/moving_[!v]?") == "(?s:[^/]*?/moving_[^v/][^/])"
+    assert patterns.glob_to_regex("**/b**", capture=True) == "(?s:((?:[^/]*/)*?)b(.*?))"
+    assert patterns.glob_to_regex("[z-a]x") == r"(?s:[^\x{0}-\x{10ffff}]x)"  # an empty range: nothing
+    assert patterns.glob_to_regex("[!]") == r"(?s:\[!\])" and patterns.glob_to_regex("[!]]") == r"(?s:[^\]/])"
     assert patterns.glob_to_regex("[" * 3) == r"(?s:\[\[\[)"
+    assert patterns.glob_to_regex("[+-0é]") == r"(?s:[\+-\.0\x{e9}])"  # '/' cut out of the range
 
 
 def test_a_glob_too_large_for_re2_is_refused_when_built():

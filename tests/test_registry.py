@@ -7,7 +7,9 @@ import pytest
 import toy_format
 
 import subsetsaver as ss
-from subsetsaver.formats import registry, tf_bundle, tf_state
+from subsetsaver.formats import registry
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import checkpoint_state as tf_state
 
 
 @pytest.fixture
@@ -80,3 +82,34 @@ def test_an_unknown_format_name_on_the_command_line_lists_the_formats(tmp_path, 
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[-1] == ("Error: Invalid value for '--to': 'hdf5' is not a format; the formats "
                                                "are name, npz, object, safetensors")
+
+
+class DeclaringToy(toy_format.ToyFormat):
+    """The toy format, declaring what it records of a conversion and what follows its publishing."""
+
+    name = "declaring"
+    suffixes = (".declaring.json",)
+
+    def __init__(self):
+        self.named_latest = []
+
+    def recorded(self, provenance) -> dict:
+        return {"selector": provenance.selector, "from": provenance.source_format, "roles": provenance.roles}
+
+    def name_latest(self, path) -> None:
+        self.named_latest.append(path)
+
+
+def test_the_one_writer_and_convert_ask_the_format_what_to_record_and_how_to_finish(tmp_path, checkpoint, run_cli):
+    prefix, _ = checkpoint
+    declaring = DeclaringToy()
+    registry.register(declaring)
+    try:
+        output = str(tmp_path / "model.declaring.json")
+        done = run_cli("convert", prefix, output, "--keep", "name('dense/w') | global_step()")
+    finally:
+        registry.unregister("declaring")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads((tmp_path / "model.declaring.json").read_text())["metadata"] == {
+        "selector": "name('dense/w') | global_step()", "from": "name", "roles": {"dense/w": [], "global_step": ["global_step"]}}
+    assert declaring.named_latest == [output]

@@ -16,7 +16,8 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 import subsetsaver as ss
-from subsetsaver.formats import npz, tf_bundle
+from subsetsaver.formats import npz
+from subsetsaver.formats.tf import bundle as tf_bundle
 
 v1 = tf.compat.v1
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

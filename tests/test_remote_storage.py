@@ -1,4 +1,4 @@
-"""formats/remote_storage.py against memory://, fake-gcs-server (gs://) and moto's S3 server (s3://)."""
+"""storage/remote.py against memory://, fake-gcs-server (gs://) and moto's S3 server (s3://)."""
 
 import contextlib
 import json
@@ -14,9 +14,11 @@ import object_servers
 import pytest
 
 from subsetsaver.errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError
-from subsetsaver.formats import remote_ranges, remote_storage
-from subsetsaver.formats.remote_ranges import PART_BYTES, merge_ranges
-from subsetsaver.formats.remote_storage import CREDENTIALS, LOCK_NAME, RemoteStorage
+from subsetsaver.storage import remote as remote_storage
+from subsetsaver.storage import remote_ranges
+from subsetsaver.storage.remote import LOCK_NAME, RemoteStorage
+from subsetsaver.storage.remote_errors import CREDENTIALS
+from subsetsaver.storage.remote_ranges import PART_BYTES, merge_ranges
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
@@ -339,7 +341,7 @@ def run_python(code, environ=None, **kwargs):
 
 def test_a_lock_is_released_when_its_process_exits(server_store):
     holder = run_python(f"""
-        from subsetsaver.formats.remote_storage import RemoteStorage
+        from subsetsaver.storage.remote import RemoteStorage
         RemoteStorage({server_store.protocol!r}).hold_directory({server_store.url()!r})
         print("held")
     """)
@@ -363,7 +365,7 @@ def test_a_killed_upload_never_leaves_a_partial_object(server_store):
         writer = run_python(f"""
             import sys, time
             import numpy as np
-            from subsetsaver.formats.remote_storage import RemoteStorage
+            from subsetsaver.storage.remote import RemoteStorage
             storage = RemoteStorage({server_store.protocol!r})
             storage.exists({url!r})  # connected before the first write
             print("ready", flush=True)
@@ -399,7 +401,7 @@ def test_bad_credentials_name_the_settings_the_client_reads(tmp_path):
         pytest.skip(str(error))
     try:
         client = run_python("""
-            from subsetsaver.formats.remote_storage import RemoteStorage
+            from subsetsaver.storage.remote import RemoteStorage
             try:
                 RemoteStorage("s3").size("s3://private/model.index")
             except Exception as error:
@@ -421,7 +423,7 @@ def test_a_missing_client_library_says_which_extra_to_install():
     client = run_python("""
         import sys
         sys.modules["gcsfs"] = None  # as if `pip install subsetsaver[gcs]` had not been run
-        from subsetsaver.formats.remote_storage import RemoteStorage
+        from subsetsaver.storage.remote import RemoteStorage
         try:
             RemoteStorage("gs").exists("gs://bucket/model.index")
         except Exception as error:

@@ -207,7 +207,7 @@ def test_accumulation_audit_findings(accumulating):
     graph, expected = accumulating.graph, accumulating.expected
     assert audit(ss.trainable(), graph) == [bn_error("block1/bn", expected["bn_stats"])]
     assert audit(ss.trainable() | ss.bn_stats(), graph) == []  # the updates run with every micro-batch
-    selection = (ss.trainable() | ss.bn_stats() | ss.slots() | ss.global_step()) - ss.name("*/accum")
+    selection = (ss.trainable() | ss.bn_stats() | ss.slots() | ss.global_step()) - ss.name("**/accum")
     saved = tuple(n for n in expected["slots"] if not n.endswith("/accum"))
     assert audit(selection, graph) == [
         Finding(
@@ -506,10 +506,10 @@ def test_optimizer_state_no_family_knows_is_named_in_a_warning(tmp_path):
     assert [str(w.message) for w in caught] == [
         f"~slots() keeps 2 tensors of '{prefix}' that look like optimizer state (dense/w/Yogi, dense/w/Yogi_1): "
         "without a graph, slots() knows only well-known names. Pass the training graph (--graph model.meta), or drop "
-        "them by name: \"~slots() - name('*/Yogi*')\"."
+        "them by name: \"~slots() - name('**/Yogi*')\"."
     ]
     assert catalog.warn_missed_optimizer_state(cat, ss.trainable(), kept, prefix) == ()  # no slots() in it
-    assert catalog.warn_missed_optimizer_state(cat, keep - ss.name("*/Yogi*"), ["dense/w"], prefix) == ()
+    assert catalog.warn_missed_optimizer_state(cat, keep - ss.name("**/Yogi*"), ["dense/w"], prefix) == ()
 
 
 # ---------------------------------------------------------------------------------

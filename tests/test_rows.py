@@ -395,7 +395,8 @@ def test_a_resume_is_told_from_a_warm_start_by_what_the_map_could_apply_to():
 def test_offline_rewrite_of_a_partitioned_tensor_reads_and_writes_it_part_by_part(trained, tmp_path, monkeypatch):
     """rewrite --rows holds about two parts of a partitioned embedding, not the tensor: no read asks for more
     bytes than one stored part; what it writes (in parts) equals the rows moved in the whole tensor, bit for bit."""
-    from subsetsaver.formats import local_files, tf_bundle
+    from subsetsaver.formats.tf import bundle as tf_bundle
+    from subsetsaver.storage import local as local_files
 
     largest = []
     read_into = local_files.LocalReader.read_into

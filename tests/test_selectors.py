@@ -106,9 +106,9 @@ def test_scope_strips_slashes_so_equal_paths_are_equal():
 
 
 def test_name_is_a_glob_on_the_full_name(catalog):
-    assert chosen(name("*/moving_*"), catalog) == ["conv_1/bn/moving_mean"]
+    assert chosen(name("**/moving_*"), catalog) == ["conv_1/bn/moving_mean"]
     assert chosen(name("conv_1?/w"), catalog) == ["conv_10/w"]
-    assert chosen(name("conv_1/*"), catalog) == ["conv_1/b", "conv_1/bn/beta", "conv_1/bn/moving_mean", "conv_1/w"]
+    assert chosen(name("conv_1/**"), catalog) == ["conv_1/b", "conv_1/bn/beta", "conv_1/bn/moving_mean", "conv_1/w"]
     assert chosen(name("conv_1"), catalog) == []  # the whole name must match
 
 

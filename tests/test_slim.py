@@ -10,7 +10,7 @@ import tensorflow as tf
 import subsetsaver as ss
 from subsetsaver.errors import CheckpointMismatchError
 from subsetsaver.formats import subset_manifest as manifest
-from subsetsaver.formats.publish import checkpoint_bytes as checkpoint_file_bytes
+from subsetsaver.formats.tf.bundle import checkpoint_bytes as checkpoint_file_bytes
 from subsetsaver.planning import plan
 from subsetsaver.tools.slim import slim
 

@@ -19,10 +19,10 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-from subsetsaver.formats import local_files as files
-from subsetsaver.formats import storage
+from subsetsaver import storage
 from subsetsaver.formats import subset_manifest as manifest_module
 from subsetsaver.planning import staging
+from subsetsaver.storage import local as files
 
 v1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""TensorFlow's checkpoint files read and written without TensorFlow (subsetsaver.formats.tf_bundle).
+"""TensorFlow's checkpoint files read and written without TensorFlow (subsetsaver.formats.tf.bundle).
 
 What TensorFlow writes (SaveV2, Saver with Adam slots, sharded and partitioned saves,
 tf.train.Checkpoint) reads identically to ``tf.train.load_checkpoint``; what the writer
@@ -33,9 +33,11 @@ from subsetsaver.errors import (
     SubsetSaverError,
     UnsupportedDtypeError,
 )
-from subsetsaver.formats import tf_bundle, tf_index
-from subsetsaver.formats.tf_bundle import dtypes as bundle_dtypes
-from subsetsaver.formats.tf_bundle import proto, slices, table
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import declared_sizes as tf_index
+from subsetsaver.formats.tf.bundle import dtypes as bundle_dtypes
+from subsetsaver.formats.tf.bundle import proto, slices, table
+from subsetsaver.formats.wire import protobuf
 
 v1 = tf.compat.v1
 FUZZ = settings(max_examples=int(os.environ.get("SUBSETSAVER_FUZZ_EXAMPLES", "150")), deadline=None,
@@ -245,17 +247,17 @@ def test_the_wire_decoder_agrees_with_tensorflows_protos(saved_by_tensorflow):
     for prefix in saved_by_tensorflow.values():
         entries = table.read_table(open(prefix + ".index", "rb").read(), CorruptCheckpointError)
         header = tensor_bundle_pb2.BundleHeaderProto.FromString(entries[0][1])
-        assert proto.decode(proto.BUNDLE_HEADER, entries[0][1]) == {
+        assert protobuf.decode(proto.BUNDLE_HEADER, entries[0][1]) == {
             "num_shards": header.num_shards, "version": {"producer": header.version.producer}}
         for key, value in entries[1:]:
-            entry, decoded = tensor_bundle_pb2.BundleEntryProto.FromString(value), proto.decode(proto.BUNDLE_ENTRY, value)
+            entry, decoded = tensor_bundle_pb2.BundleEntryProto.FromString(value), protobuf.decode(proto.BUNDLE_ENTRY, value)
             assert decoded.get("dtype") == entry.dtype and decoded.get("size", 0) == entry.size
             assert (decoded.get("offset", 0), decoded.get("shard_id", 0), decoded.get("crc32c", 0)) == (
                 entry.offset, entry.shard_id, entry.crc32c)
             assert [d.get("size", 0) for d in decoded["shape"].get("dim", [])] == [d.size for d in entry.shape.dim]
             assert [[(x.get("start", 0), x.get("length")) for x in s.get("extent", [])] for s in decoded.get("slices", [])] \
                 == [[(x.start, x.length if x.HasField("length") else None) for x in s.extent] for s in entry.slices]
-            assert proto.encode(proto.BUNDLE_ENTRY, decoded) == value  # the canonical bytes TensorFlow wrote
+            assert protobuf.encode(proto.BUNDLE_ENTRY, decoded) == value  # the canonical bytes TensorFlow wrote
             if key[:1] == b"\x00":  # a part: its key is the ordered code of its name and extents
                 name, extents = slices.read_slice_key(key)
                 assert slices.slice_key(name, extents) == key and name in (b"emb", b"wide")
@@ -369,7 +371,7 @@ def test_tensorflow_is_never_imported(tmp_path, saved_by_tensorflow):
         "import sys\n"
         "sys.modules['tensorflow'] = None  # any import of TensorFlow fails\n"
         "import numpy as np\n"
-        "from subsetsaver.formats import tf_bundle, tf_index\n"
+        "from subsetsaver.formats.tf import bundle as tf_bundle, declared_sizes as tf_index\n"
         f"prefix = {str(tmp_path / 'model')!r}\n"
         "tf_bundle.write(prefix, {'w': np.arange(6, dtype=np.float32).reshape(2, 3), 'words': np.array([b'a', b''])})\n"
         "with tf_bundle.BundleReader(prefix) as reader:\n"

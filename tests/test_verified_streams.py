@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 from subsetsaver.errors import CorruptCheckpointError
-from subsetsaver.formats import name_format, tf_bundle
-from subsetsaver.formats.tf_bundle import checksums
-from subsetsaver.formats.tf_bundle.reader import PIECE_BYTES
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.formats.tf import name_format
+from subsetsaver.formats.tf.bundle.reader import PIECE_BYTES
+from subsetsaver.formats.wire import crc32c as checksums
 from subsetsaver.tools import average as average_module
 from subsetsaver.tools import diff as diff_module
 from subsetsaver.tools.average import average
@@ -297,7 +298,7 @@ def test_a_streamed_diff_holds_small_buffers_only(tmp_path, monkeypatch):
 
 
 def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_path):
-    from subsetsaver.formats.tf_bundle import reader as reader_module
+    from subsetsaver.formats.tf.bundle import reader as reader_module
 
     values = {f"t{index}": np.full(1000, index, np.float32) for index in range(5)}
     first = tf_bundle.write(tmp_path / "a", values)

@@ -1,4 +1,5 @@
-"""BERT, ALBERT and GPT-2 built by their original repositories' own TF1 code, for the layout-map tests.
+"""BERT, ALBERT and GPT-2 built by their original repositories' own TF1 code, for the layout-map tests
+(and BERT with run_classifier.py's three-label head, ``bert_classifier``).
 
 The code comes from PyPI (``bert-tensorflow``: google-research/bert's modeling.py;
 ``albert-tensorflow``: google-research/albert's; ``gpt-2-simple``: openai/gpt-2's model.py), used
@@ -37,6 +38,8 @@ CONFIGS = {
                                       "max_position_embeddings": 16, "type_vocab_size": 2, "initializer_range": 0.02}),
     "gpt2": ("hparams.json", {"n_vocab": 99, "n_ctx": 16, "n_embd": 32, "n_head": 4, "n_layer": 2}),
 }
+CONFIGS["bert_classifier"] = CONFIGS["bert"]
+CLASSIFIER_LABELS = 3
 TOKENS = np.array([[5, 17, 42, 8, 3, 77, 1, 64], [9, 2, 33, 50, 98, 12, 0, 7]], np.int32)
 SEGMENTS = np.array([[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]], np.int32)
 
@@ -81,10 +84,12 @@ def build(family, config):
     ids = v1.constant(TOKENS)
     mask = v1.ones_like(ids)
     segments = v1.constant(SEGMENTS)
-    if family == "bert":
+    if family in ("bert", "bert_classifier"):
         modeling = _module("bert", "modeling.py")
         model = modeling.BertModel(modeling.BertConfig.from_dict(config), is_training=False, input_ids=ids,
                                    input_mask=mask, token_type_ids=segments, use_one_hot_embeddings=False)
+        if family == "bert_classifier":
+            return {"logits": _classifier_logits(model.get_pooled_output(), config["hidden_size"])}
         return {"sequence": model.get_sequence_output(), "pooled": model.get_pooled_output()}
     if family == "albert":
         modeling = _module("albert", "modeling.py", tensorflow=v1)
@@ -97,11 +102,19 @@ def build(family, config):
     return {"logits": model.model(hparams=hparams, X=ids)["logits"]}
 
 
+def _classifier_logits(pooled, hidden_size):
+    """run_classifier.py's create_model head, as written there (the module itself needs TF1's tf.flags)."""
+    output_weights = v1.get_variable("output_weights", [CLASSIFIER_LABELS, hidden_size],
+                                     initializer=v1.truncated_normal_initializer(stddev=0.02))
+    output_bias = v1.get_variable("output_bias", [CLASSIFIER_LABELS], initializer=v1.zeros_initializer())
+    return tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True), output_bias)
+
+
 def save(family, out_dir):
     """Random weights (every variable, so no value is its initializer's), a Saver checkpoint with Adam's
     slots and the step, the family config, and the graph's outputs."""
     filename, config = CONFIGS[family]
-    rng = np.random.default_rng({"bert": 1, "albert": 2, "gpt2": 3}[family])
+    rng = np.random.default_rng({"bert": 1, "albert": 2, "gpt2": 3, "bert_classifier": 4}[family])
     with tf.Graph().as_default():
         outputs = build(family, config)
         weights = v1.trainable_variables()

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from subsetsaver.formats import storage
+from subsetsaver import storage
 from subsetsaver.formats.format_protocol import CheckpointFormat, Contents, TensorInfo
 
 SUFFIX = ".toy.json"

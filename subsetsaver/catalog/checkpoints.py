@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 
-from ..formats import name_format, object_format, registry
+from ..formats import registry
+from ..formats.tf import name_format, object_format
 from .records import Catalog, CatalogEntry, value_bytes
 from .roles import Roles, roles_from_object_graph
 

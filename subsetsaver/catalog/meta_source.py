@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from ..errors import CorruptCheckpointError
-from ..formats import meta_graph, tf_bundle
+from ..formats.tf import bundle, meta_graph
 from .dataflow_roles import roles_from_graph
 from .op_graph import VARIABLE_OPS, OpGraph, register_op_defs
 from .records import (
@@ -141,7 +141,7 @@ def _entries(path, every, op_names, nodes, has_local):
 
 def _dtype(path, node) -> str:
     attr = node.attr.get("dtype")
-    data_type = tf_bundle.dtypes.by_enum(attr.type % 100) if attr is not None else None  # 100+: a reference type
+    data_type = bundle.dtypes.by_enum(attr.type % 100) if attr is not None else None  # 100+: a reference type
     if data_type is None:
         raise CorruptCheckpointError(unreadable(path, f"variable '{node.name}' has no dtype this library knows"))
     return data_type.name

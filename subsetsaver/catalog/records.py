@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import math
 
-from ..formats import tf_bundle
+from ..formats.tf import bundle
 from .roles import Roles, roles_from_names
 
 GLOBAL_VARIABLES = "variables"
@@ -331,4 +331,4 @@ def value_bytes(shape, dtype) -> int:
 
 
 _MATCHES_KEPT = 256
-_ITEMSIZES = {data_type.name: data_type.itemsize for data_type in tf_bundle.dtypes.DATA_TYPES}
+_ITEMSIZES = {data_type.name: data_type.itemsize for data_type in bundle.dtypes.DATA_TYPES}

@@ -23,7 +23,7 @@ import re
 import warnings
 
 from ..errors import SubsetSaverWarning
-from ..formats import tf_object_graph
+from ..formats.tf import object_graph
 
 ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step", "loss_scale")
 
@@ -105,7 +105,7 @@ def roles_from_names(names) -> Roles:
 
 def roles_from_object_graph(graph, names) -> Roles:
     """Roles of an object-based checkpoint's tensors from its object graph (a
-    :class:`~subsetsaver.formats.tf_object_graph.ObjectGraph`); ``names``: key -> catalog name.
+    :class:`~subsetsaver.formats.tf.object_graph.ObjectGraph`); ``names``: key -> catalog name.
     Slots are ``slot`` with ``slot_of`` the catalog name of their variable; an iteration counter is
     ``global_step``; hyperparameters are ``optimizer`` and ``slot``, as TF1's beta powers are.
 
@@ -118,13 +118,13 @@ def roles_from_object_graph(graph, names) -> Roles:
         name = names.get(key)
         if name is None:
             continue
-        if tensor.role == tf_object_graph.SLOT:
+        if tensor.role == object_graph.SLOT:
             slots.add(name)
             if tensor.slot_of in names:
                 slot_of[name] = names[tensor.slot_of]
-        elif tensor.role == tf_object_graph.HYPERPARAMETER:
+        elif tensor.role == object_graph.HYPERPARAMETER:
             own.add(name)
-        elif tensor.role == tf_object_graph.ITERATIONS:
+        elif tensor.role == object_graph.ITERATIONS:
             steps.add(name)
         elif _BN_ATTRIBUTES & set(tensor.local_names):
             bn_stats.add(name)
@@ -164,7 +164,7 @@ def missed_optimizer_state_message(missed, source, selector) -> str:
     """The words of :func:`warn_missed_optimizer_state`: the names, and two ways to drop them."""
     shown = ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
     endings = list(dict.fromkeys(re.sub(r"_\d+$", "", n.rsplit("/", 1)[-1]) for n in missed))[:3]
-    by_name = " - ".join([repr(selector)] + [f"name('*/{ending}*')" for ending in endings])
+    by_name = " - ".join([repr(selector)] + [f"name('**/{ending}*')" for ending in endings])
     return (
         f"{repr(selector)} keeps {len(missed)} tensor{'s' if len(missed) != 1 else ''} of '{source}' that look like "
         f"optimizer state ({shown}): without a graph, slots() knows only well-known names. Pass the training graph "

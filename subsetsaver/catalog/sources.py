@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import weakref
 
-from .. import tf_internals
+from .. import storage, tf_internals
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import storage, tf_index
+from ..formats.tf import declared_sizes
 from . import keras_source, meta_source
 from .checkpoints import file_catalog
 from .dataflow import no_garbage_collection
@@ -173,7 +173,7 @@ def _meta_file_catalog(path) -> Catalog:
     """A ``.meta`` file's catalog without TensorFlow; a file in protobuf's text format is imported."""
     if not storage.exists(path):
         raise CheckpointNotFoundError(f"no MetaGraph file at '{path}'")
-    data = tf_index.file_bytes(path)
+    data = declared_sizes.file_bytes(path)
     if not data:
         raise CorruptCheckpointError(f"'{path}' is empty (0 bytes), not a MetaGraph file; {_PASS_A_META_FILE}")
     if meta_source.is_text_format(data):
@@ -229,7 +229,7 @@ def _binary_parse_error(path):
     import tensorflow as tf
 
     try:
-        tf.compat.v1.MetaGraphDef.FromString(tf_index.file_bytes(path))
+        tf.compat.v1.MetaGraphDef.FromString(declared_sizes.file_bytes(path))
     except Exception as error:  # google.protobuf.message.DecodeError
         return error
     return None

@@ -43,12 +43,14 @@ from .output import echo_json
 @click.option("--config", "config", metavar="FILE",
               help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
                    "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
-@click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape; "
-              "write nothing.")
+@click.option("--labels", "labels", metavar="FILE",
+              help="With --map: a classifier's labels, one a line, written as id2label and label2id.")
+@click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape, "
+              "and the coverage (tensors the config implies, found, missing, extra); write nothing.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
 def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
-                    dry_run, force, as_json):
+                    labels, dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -69,9 +71,10 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
                             ("--on-mismatch", on_mismatch), ("--remap", remap or None)):
             if given is not None:
                 raise click.UsageError(f"{flag} does not go with --map: the map says what is kept and renamed")
-        _with_map(source, output, layout_map, config=config, dry_run=dry_run, force=force, as_json=as_json)
+        _with_map(source, output, layout_map, config=config, labels=labels, dry_run=dry_run, force=force,
+                  as_json=as_json)
         return
-    for flag, given in (("--config", config), ("--dry-run", dry_run or None)):
+    for flag, given in (("--config", config), ("--labels", labels), ("--dry-run", dry_run or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
     if to == "object":
@@ -140,12 +143,17 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
         click.echo(f"not read: {', '.join(load.unused)}")
 
 
-def _with_map(source, output, layout_map, *, config, dry_run, force, as_json):
-    report = layouts.convert(source, output, map=layout_map, config=config, dry_run=dry_run, overwrite=force)
+def _with_map(source, output, layout_map, *, config, labels, dry_run, force, as_json):
+    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels, dry_run=dry_run,
+                             overwrite=force)
+    coverage = (f"coverage: {report.expected} tensors the config implies, {report.expected} found, 0 missing, "
+                f"0 extra; heads: {', '.join(report.heads) or 'none'}"
+                + (f"; loads as {report.architecture}" if report.architecture else ""))
     if as_json:
         echo_json({"source": report.source, "output": report.out_dir, "map": report.map, "config": report.config,
                    "dry_run": report.dry_run, "files": list(report.files), "bytes": report.nbytes,
-                   "dropped": list(report.dropped),
+                   "dropped": list(report.dropped), "architecture": report.architecture, "heads": list(report.heads),
+                   "coverage": {"expected": report.expected, "found": report.expected, "missing": 0, "extra": 0},
                    "tensors": [{"source": source_name, "target": target, "transform": transform, "shape": list(shape)}
                                for source_name, target, transform, shape in report.rows]})
         return
@@ -156,11 +164,13 @@ def _with_map(source, output, layout_map, *, config, dry_run, force, as_json):
         for source_name, target, transform, shape in report.rows:
             click.echo(f"{source_name:<{widths[0]}}  {target:<{widths[1]}}  {transform or '-':<{widths[2]}}  "
                        f"{list(shape)}")
+        click.echo(coverage)
         click.echo(f"{len(report.rows)} tensors, {format_bytes(report.nbytes)}; dropped {len(report.dropped)} "
                    "by the map's \"drop\"; nothing written (--dry-run)")
         return
     click.echo(f"wrote {report.out_dir} by map {report.map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
                f"({', '.join(report.files)}; from {report.source}, config {report.config})")
+    click.echo(coverage)
     if report.dropped:
         click.echo(f"dropped {len(report.dropped)}: {', '.join(report.dropped[:5])}"
                    + (f" and {len(report.dropped) - 5} more" if len(report.dropped) > 5 else ""))

@@ -5,9 +5,8 @@ import os
 
 import click
 
-from .. import catalog
+from .. import catalog, storage
 from ..errors import Fix, OutputExistsError
-from ..formats import storage
 from ..selectors import format_bytes
 
 

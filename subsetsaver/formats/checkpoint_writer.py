@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import os
 
+from .. import storage
 from ..errors import (
     CheckpointWriteError,
     CorruptCheckpointError,
@@ -32,10 +33,10 @@ from ..errors import (
     OutputExistsError,
     SubsetSaverError,
 )
-from . import direct_io, publish, storage, subset_manifest, tf_state
-from .npz import free_idle_buffers
+from . import publish, subset_manifest
+from .memory import free_idle_buffers
 from .progress import progress_bar
-from .tf_bundle.checksums import RunningCrc, crc32c
+from .wire.crc32c import RunningCrc, crc32c
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +141,7 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
         verify(checkpoint_format, output, expected, parts)
     if manifest is not None:
         subset_manifest.write_manifest(output, manifest)
-    if checkpoint_format.keeps_state_file:
-        tf_state.name_latest(output)
+    checkpoint_format.name_latest(output)
     return Written(output, checkpoint_format.name, tuple(name for name, _, _ in specs), nbytes,
                    tuple(checkpoint_format.files(output)))
 
@@ -150,7 +150,7 @@ def verify(checkpoint_format, path, expected, parts=None) -> None:
     """Read back every tensor ``expected`` (name -> (shape, dtype, CRC32C of the bytes given)) from the
     checkpoint at ``path``, one at a time, and every part of ``parts`` (name -> {offset: the same}); its
     names must be those. CorruptCheckpointError otherwise."""
-    with direct_io.reading_back():  # what was written past the page cache is read from the disk
+    with storage.reading_back():  # what was written past the page cache is read from the disk
         _verify(checkpoint_format, path, expected, dict(parts or {}))
 
 

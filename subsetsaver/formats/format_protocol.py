@@ -4,9 +4,10 @@ A format is one module with one object of a :class:`CheckpointFormat` subclass, 
 :mod:`~subsetsaver.formats.registry`. It recognises a path, lists the checkpoint's tensors
 (:class:`Contents`: names, shapes, dtypes in file order, read without the data), streams
 tensors out by name, writes a stream of tensors under a staging name, and names the files
-a checkpoint is made of and the one whose rename publishes it. Checking the output,
-verifying, publishing and locking are the one writer's
-(:mod:`~subsetsaver.formats.checkpoint_writer`), not the format's.
+a checkpoint is made of; and it declares how it is published: the file whose rename
+publishes it (:meth:`CheckpointFormat.commit_file`, renamed last) and what follows once it is
+in place (:meth:`CheckpointFormat.name_latest`). Checking the output, verifying, publishing
+and locking are the one writer's (:mod:`~subsetsaver.formats.checkpoint_writer`), not the format's.
 
 Example::
 
@@ -48,12 +49,28 @@ class Contents:
     recorded_roles: dict | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where a converted checkpoint's tensors came from, for the formats that record it
+    (:meth:`CheckpointFormat.recorded`): the selector's text, the source's path and format name,
+    each written tensor's roles (written name -> sorted role names), and ``subset_manifest``, a
+    function giving the source's subset manifest (or None), read only by a format that records it."""
+
+    selector: str
+    source: str
+    source_format: str
+    roles: dict
+    subset_manifest: object = None
+
+
 class CheckpointFormat:
     """The protocol; subclasses set the class attributes and implement the methods.
 
     ``name``: how users name it (``--to NAME``); ``noun``: what one is called in a sentence; ``suffixes``: an output path ending so is written in
     this format when none is named; ``holds_parts``: it can store a partitioned variable's parts;
-    ``keeps_state_file``: the directory's ``checkpoint`` state file names the newest one written.
+    ``keeps_state_file``: the directory's ``checkpoint`` state file names the newest one written (and a
+    subset manifest, ``PREFIX.subset.json``, may lie beside one); ``takes_tf1_names``: a TF1 Saver restores
+    it by variable name, so an object-based source's tensors are written under the names a TF1 graph gives them.
     """
 
     name = ""
@@ -63,6 +80,7 @@ class CheckpointFormat:
     holds_parts = False
     writable = True
     keeps_state_file = False
+    takes_tf1_names = False
     dtypes = None  # the dtype names it holds; None: every dtype TensorFlow checkpoints hold
 
     def recognises(self, path) -> bool:
@@ -84,7 +102,7 @@ class CheckpointFormat:
     def streams(self, path):
         """The checkpoint at ``path`` as verified streams of bytes, or None where this format (or the
         file system) reads only whole arrays. Else a context manager with ``streamable(name)``,
-        ``pieces(name, buffers)`` (see :meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`) and
+        ``pieces(name, buffers)`` (see :meth:`~subsetsaver.formats.tf.bundle.BundleReader.pieces`) and
         ``read(name)``, by the names :meth:`read` takes."""
         return None
 
@@ -94,6 +112,11 @@ class CheckpointFormat:
         tensors. A format that ``holds_parts`` must give one: the writer reads every part back through it."""
         return None
 
+    def regions(self, path) -> dict:
+        """Name -> (full shape, offset) of each tensor of the checkpoint at ``path`` that :meth:`read` gives as
+        one part of a partitioned variable; empty where it gives every tensor whole."""
+        return {}
+
     def files(self, path) -> list:
         """The files of the checkpoint at ``path`` that exist."""
         raise NotImplementedError
@@ -101,6 +124,15 @@ class CheckpointFormat:
     def commit_file(self, path) -> str:
         """The file of the checkpoint at ``path`` whose arrival publishes it (renamed last)."""
         return str(path)
+
+    def name_latest(self, path) -> None:
+        """Once the checkpoint at ``path`` is published: name it its directory's latest, where this format
+        keeps such a record."""
+
+    def recorded(self, provenance) -> dict:
+        """The strings this format records, from a :class:`Provenance`, of where a converted checkpoint's
+        tensors came from (the ``metadata`` given to :meth:`write`)."""
+        return {}
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         """Write ``tensors`` (``(name, array)`` or, where ``holds_parts``, ``(name, array, (full shape,

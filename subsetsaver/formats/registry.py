@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 
+from .. import storage
 from ..errors import CheckpointNotFoundError, UnknownFormatError
-from . import storage
-from .name_format import NAME, checkpoint_prefix
-from .npz_format import NPZ
-from .object_format import OBJECT
-from .safetensors_format import SAFETENSORS
+from .npz import NPZ
+from .safetensors import SAFETENSORS
+from .tf import NAME, OBJECT, checkpoint_prefix
 
 # In the order a path is tried: formats known by their file's name first, the TensorFlow bundles last.
 FORMATS = [NPZ, SAFETENSORS, OBJECT, NAME]

@@ -4,7 +4,7 @@
 the checkpoint, shape, dtype, bytes), the names left to initialization, and the library
 and TensorFlow versions. ``inspect``, a later restore and users read it to tell a
 trainable-only checkpoint from a full one without opening the data. It is written
-atomically (:func:`subsetsaver.formats.storage.write_bytes`), so a reader never sees half a
+atomically (:func:`subsetsaver.storage.write_bytes`), so a reader never sees half a
 manifest.
 
 Example::
@@ -21,10 +21,9 @@ import datetime
 import json
 import os
 
-from .. import bounded_json
+from .. import bounded_json, storage
 from ..errors import CorruptCheckpointError
 from ..version import versions
-from . import storage
 
 SUFFIX = ".subset.json"
 FORMAT = "subsetsaver.subset"

@@ -34,7 +34,8 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CorruptCheckpointError
-from ..formats import checkpoint_writer, registry, tf_bundle, tf_state
+from ..formats import checkpoint_writer, registry
+from ..formats.tf import bundle, checkpoint_state
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_path
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
@@ -94,8 +95,8 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
         written = _write(model, optimizer, staged)
         out, verified = _verify(source, written, report, output)
         if written != output:
-            tf_bundle.publish_staged(written, output)
-    tf_state.name_latest(output)
+            bundle.publish_staged(written, output)
+    checkpoint_state.name_latest(output)
     return ObjectConvertReport(source, output, label, report, len(out.records),
                                sum(record.nbytes for record in out.records), verified)
 

@@ -32,8 +32,8 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
+from .. import storage
 from ..errors import RemapRuleError
-from ..formats import storage
 from ..planning import Problem, checkpoint_names, compare_contents, suggest_remap
 from .checkpoint_side import slot_kind
 

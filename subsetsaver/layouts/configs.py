@@ -2,12 +2,14 @@
 ``bert_config.json`` into Hugging Face's ``config.json``.
 
 The map's ``"config"`` object has ``"keys"`` (target key -> source key), ``"values"`` (target key ->
-{source value -> target value}, for names that differ such as activations), ``"defaults"``
-(target key -> value when the source lacks the key) and ``"fixed"`` (target key -> value, always).
+{source value -> target value}, for names that differ), ``"defaults"`` (target key -> value when the
+source lacks the key) and ``"fixed"`` (target key -> value, always). Its ``"math"`` states the values
+that change the math: each a ``"value"``, or a source key ``"from"`` with a table of ``"values"`` that
+refuses a source value it does not list (an activation the target has no exact twin of).
 
 Example::
 
-    >>> map_config({"keys": {"n_embd": "hidden_size"}, "fixed": {"model_type": "gpt2"}}, {"hidden_size": 8})
+    >>> map_config({"keys": {"n_embd": "hidden_size"}, "fixed": {"model_type": "gpt2"}}, {}, {"hidden_size": 8})
     {'n_embd': 8, 'model_type': 'gpt2'}
 """
 
@@ -16,12 +18,15 @@ from __future__ import annotations
 import json
 import os
 
+from .. import bounded_json
 from ..errors import LayoutMapError
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
-def map_config(rules, source, *, source_name="the config") -> dict:
-    """The target config from ``source`` (a dict) by ``rules``; a missing key raises
-    :class:`~subsetsaver.errors.LayoutMapError` naming it."""
+
+def map_config(rules, math, source, *, source_name="the config") -> dict:
+    """The target config from ``source`` (a dict) by ``rules`` and ``math``; a missing key, or a source
+    value the math does not list, raises :class:`~subsetsaver.errors.LayoutMapError` naming it."""
     values, defaults = rules.get("values", {}), rules.get("defaults", {})
     target = {}
     for key, source_key in rules.get("keys", {}).items():
@@ -36,18 +41,32 @@ def map_config(rules, source, *, source_name="the config") -> dict:
             raise LayoutMapError(f"{source_name} has no \"{source_key}\" (the map's config key \"{key}\" needs it)",
                                  rule=f"config key \"{key}\"", fix="give the family's own config file with --config")
     target.update(rules.get("fixed", {}))
+    for role, entry in math.items():
+        value = entry.get("value")
+        if "from" in entry:
+            given = source.get(entry["from"])
+            spelled = given if isinstance(given, str) else json.dumps(given)
+            if spelled not in entry["values"]:
+                raise LayoutMapError(
+                    f"{source_name} says \"{entry['from']}\": {json.dumps(given)[:80]}, which the map's {role} does "
+                    f"not convert (it knows {', '.join(map(str, entry['values']))})",
+                    rule=f"math \"{role}\"", fix="convert with a map that states this value's exact twin in the "
+                    "target library, or none: a near twin gives a model that loads and is wrong")
+            value = entry["values"][spelled]
+        if entry["key"] is not None:
+            target[entry["key"]] = value
     return target
 
 
 def read_config(path) -> dict:
     """A JSON config file as a dict, or a :class:`~subsetsaver.errors.LayoutMapError` saying why not."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            data = bounded_json.loads(handle.read(MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
     except OSError as error:
         raise LayoutMapError(f"cannot read config '{path}': {error.strerror or error}") from None
     except ValueError as error:
-        raise LayoutMapError(f"config '{path}' is not JSON: {error}") from None
+        raise LayoutMapError(f"config '{path}' is not a JSON config: {error}") from None
     if not isinstance(data, dict):
         raise LayoutMapError(f"config '{path}' is not a JSON object")
     return data

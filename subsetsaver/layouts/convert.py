@@ -3,10 +3,12 @@ without TensorFlow.
 
 The source is read with the project's own readers (a TensorFlow checkpoint prefix or
 directory, or a Hugging Face directory or ``.safetensors`` file); its family config is found
-beside it (or given). Everything is checked first (the map, the family, every tensor's rule and
-shape, the config's keys); only then are tensors streamed through the map into ``out_dir``:
-``model.safetensors`` and ``config.json`` for a Hugging Face layout, a ``model.ckpt`` prefix (named
-latest) and the family's config for a TensorFlow one.
+beside it (or given). Everything is checked first (the map, every tensor's rule and shape, the
+config's keys and math, and the coverage: every tensor the config implies is there, nothing else,
+in the shape and dtype the config implies); only then are tensors streamed through the map into
+``out_dir``: ``model.safetensors`` and ``config.json`` for a Hugging Face layout, a checkpoint prefix
+named as the family's releases name it (``bert_model.ckpt``; named latest) and the family's config
+for a TensorFlow one.
 
 Example::
 
@@ -21,16 +23,20 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
+from .. import storage
 from ..errors import LayoutMapError
-from ..formats import safetensors_file, storage
+from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
+from .coverage import check_coverage, check_family
 from .engine import plan_conversion
 from .maps import load_map
 from .output import TensorStream, nbytes, write_safetensors, write_tf_checkpoint
 
 SAFETENSORS_FILE = "model.safetensors"
 TF_PREFIX = "model.ckpt"
+"""A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
+MAX_LABELS_BYTES = 16 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +44,9 @@ class LayoutReport:
     """What :func:`convert` did (or, with ``dry_run``, would do).
 
     ``rows``: (source name, target name, transform, shape) per target tensor; ``dropped``: source names
-    left out by the map's ``drop``; ``files``: what was written (empty for a dry run).
+    left out by the map's ``drop``; ``files``: what was written (empty for a dry run); ``expected``: how
+    many target tensors the config implies (all found: a conversion with any missing or extra is
+    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all.
     """
 
     map: str
@@ -50,12 +58,17 @@ class LayoutReport:
     files: tuple
     nbytes: int
     dry_run: bool
+    expected: int = 0
+    heads: tuple = ()
+    architecture: str | None = None
 
 
-def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=False) -> LayoutReport:  # noqa: A002
+def convert(checkpoint, out_dir, map, config=None, *, labels=None, dry_run=False,  # noqa: A002
+            overwrite=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
-    the checkpoint. Raises :class:`~subsetsaver.errors.LayoutMapError` before writing anything when the
+    the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
+    target config). Raises :class:`~subsetsaver.errors.LayoutMapError` before writing anything when the
     map, the checkpoint or the config does not fit.
 
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
@@ -67,19 +80,27 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
     plan = plan_conversion(layout, specs, dropped)
-    config_path = find_config(checkpoint, layout.source["config"], config)
-    if config_path is None:
-        raise LayoutMapError(f"no {layout.source['config']} beside '{checkpoint}'",
-                             fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
-    target_config = map_config(layout.config, read_config(config_path), source_name=f"config '{config_path}'")
+    check_family(layout, plan.source_names, plan.unmapped)
+    config_path = _config_path(layout, checkpoint, config)
+    target_config = map_config(layout.config, layout.math, read_config(config_path),
+                               source_name=f"config '{config_path}'")
+    coverage = check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    target_config.update(coverage.config_additions)
+    if coverage.architecture:
+        target_config["architectures"] = [coverage.architecture]
+    if labels is not None:
+        target_config.update(_label_config(labels, target_config))
     out_dir = os.fspath(out_dir)
     rows = tuple(plan.rows())
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
+    described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
+                     dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
+                     architecture=coverage.architecture)
     if dry_run:
-        return LayoutReport(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                            dropped=plan.dropped, files=(), nbytes=size, dry_run=True)
+        return LayoutReport(**described, files=(), dry_run=True)
     config_file = os.path.join(out_dir, layout.target["config"])
-    weights = os.path.join(out_dir, SAFETENSORS_FILE if layout.target_layout == "safetensors" else TF_PREFIX)
+    weights = os.path.join(out_dir, SAFETENSORS_FILE if layout.target_layout == "safetensors"
+                           else layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [config_file, weights if layout.target_layout == "safetensors" else weights + ".index"],
              overwrite)
     stream = TensorStream(plan.specs, plan.stream(catalog_module.read_tensors(source, plan.source_names)))
@@ -88,15 +109,45 @@ def convert(checkpoint, out_dir, map, config=None, *, dry_run=False, overwrite=F
     else:
         write_tf_checkpoint(weights, stream, overwrite=overwrite)
     storage.write_bytes(config_file, config_bytes(target_config))
-    return LayoutReport(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                        dropped=plan.dropped, files=(weights, config_file), nbytes=size, dry_run=False)
+    return LayoutReport(**described, files=(weights, config_file), dry_run=False)
+
+
+def _config_path(layout, checkpoint, given):
+    name = layout.source.get("config")
+    path = find_config(checkpoint, name, given) if name or given else None
+    if path is None:
+        where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"
+        raise LayoutMapError(where, fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
+    return path
+
+
+def _label_config(path, target_config) -> dict:
+    """``id2label`` and ``label2id`` from a file of labels, one a line, as many as the classifier has."""
+    if "num_labels" not in target_config:
+        raise LayoutMapError(f"--labels '{path}' names a classifier's labels, but this checkpoint has no "
+                             "classifier head", fix="leave out --labels")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_LABELS_BYTES + 1)
+        text = data.decode("utf-8-sig")
+    except OSError as error:
+        raise LayoutMapError(f"cannot read labels '{path}': {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise LayoutMapError(f"labels '{path}' are not UTF-8 (byte {error.start})") from None
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(data) > MAX_LABELS_BYTES or len(labels) != target_config["num_labels"] or len(set(labels)) != len(labels):
+        raise LayoutMapError(f"labels '{path}' hold {len(labels):,} labels ({len(set(labels)):,} different), where "
+                             f"the classifier has {target_config['num_labels']:,}",
+                             fix="give one distinct label a line, in the classifier's order")
+    return {"id2label": {str(index): label for index, label in enumerate(labels)},
+            "label2id": {label: index for index, label in enumerate(labels)}}
 
 
 def _source_path(layout, checkpoint):
     checkpoint = os.fspath(checkpoint)
     if layout.source_layout == "safetensors":
         path = os.path.join(checkpoint, SAFETENSORS_FILE) if os.path.isdir(checkpoint) else checkpoint
-        if not path.endswith(safetensors_file.SUFFIX) or not os.path.isfile(path):
+        if not path.endswith(safetensors.SUFFIX) or not os.path.isfile(path):
             raise LayoutMapError(f"map '{layout.name}' reads a Hugging Face directory or .safetensors file; "
                                  f"'{checkpoint}' is neither",
                                  fix=f"name a directory holding {SAFETENSORS_FILE}, or the file itself")

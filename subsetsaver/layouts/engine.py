@@ -2,9 +2,10 @@
 
 :func:`plan_conversion` pairs every tensor of the source (names, shapes, dtypes only) with a
 rule, works out each target's shape through the rule's transforms, and refuses, before
-anything is read or written, a checkpoint of another family (the first required rule that
-matches nothing), a shape a transform cannot produce (the first such rule), and tensors no
-rule maps (all of them, at once). :meth:`ConversionPlan.stream` then yields the target
+anything is read or written, a shape a transform cannot produce (the first such rule), a target
+name the target layout cannot hold, and two rules writing one name. Tensors no rule maps are kept
+in :attr:`ConversionPlan.unmapped` for the coverage check (:mod:`.coverage`), which judges them
+with what the family's config implies. :meth:`ConversionPlan.stream` then yields the target
 tensors one rule at a time: it holds the source tensors of one rule and what they become.
 
 Example::
@@ -22,8 +23,6 @@ import numpy as np
 
 from ..errors import LayoutMapError
 from .transforms import ShapeProblem, apply_all, concat_spec, output_spec, split_spec
-
-_SHOWN = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +49,24 @@ class ConversionPlan:
     layout: object
     steps: tuple
     dropped: tuple
+    unmapped: tuple = ()
 
     @property
     def specs(self) -> dict:
         """Target name -> (shape, dtype), in the order :meth:`stream` yields them."""
         return {target: spec for step in self.steps for target, spec in zip(step.targets, step.specs)}
+
+    def source_name(self, target) -> str:
+        """The source name ``target`` is read from; for a target no step writes, the name a rule would read
+        it from (see :meth:`~.maps.Rule.source_for`), else ``target`` itself."""
+        for step in self.steps:
+            if target in step.targets:
+                return " + ".join(step.sources)
+        for rule in self.layout.rules:
+            source = rule.source_for(target)
+            if source is not None:
+                return source
+        return target
 
     @property
     def source_names(self) -> tuple:
@@ -81,8 +93,7 @@ class ConversionPlan:
 def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
     """Pair ``specs`` (name -> (shape, dtype)) with ``layout``'s rules; ``dropped`` names are left out.
 
-    Raises :class:`~subsetsaver.errors.LayoutMapError` naming the first failing rule, or listing every
-    unmapped tensor.
+    Raises :class:`~subsetsaver.errors.LayoutMapError` naming the first failing rule.
     """
     dropped = set(dropped)
     prefix, aliases = layout.optional_prefix, layout.source.get("aliases", {})
@@ -91,8 +102,8 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
         if name not in dropped:
             by_short[_short_name(name, prefix, aliases)] = name
     claimed, steps, targets = set(), [], {}
+    check_name = TARGET_NAMES[layout.target_layout]
     for rule in layout.rules:
-        matched = False
         for short in by_short:
             if short in claimed:
                 continue
@@ -105,26 +116,39 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
                 raise LayoutMapError(f"{rule.text} matches '{short}' but the checkpoint has no '{absent[0]}'",
                                      rule=rule.text, fix="check that the map fits this checkpoint")
             claimed.update(sources)
-            matched = True
             names = tuple(by_short[source] for source in sources)
             step = Step(rule=rule, sources=names, targets=rule.target_names(captures),
                         specs=_target_specs(rule, [specs[name] for name in names], names))
             for target in step.targets:
+                check_name(target, rule)
                 if target in targets:
                     raise LayoutMapError(f"{rule.text} writes '{target}', which {targets[target]} writes too",
                                          rule=rule.text, fix="make the target names of the map unique")
                 targets[target] = rule.text
             steps.append(step)
-        if not matched and not rule.optional:
-            raise LayoutMapError(
-                f"this checkpoint is not a {layout.family} checkpoint: {rule.text} matches no tensor",
-                rule=rule.text, fix=_family_fix(layout, by_short))
-    unmapped = [by_short[short] for short in by_short if short not in claimed]
-    if unmapped:
-        shown = ", ".join(unmapped[:_SHOWN]) + (f" and {len(unmapped) - _SHOWN} more" if len(unmapped) > _SHOWN else "")
-        raise LayoutMapError(f"map '{layout.name}' has no rule for {len(unmapped)} tensor(s): {shown}",
-                             fix="add rules for them to a copy of the map, or drop them with the map's \"drop\"")
-    return ConversionPlan(layout=layout, steps=tuple(steps), dropped=tuple(sorted(dropped & set(specs))))
+    unmapped = tuple(by_short[short] for short in by_short if short not in claimed)
+    return ConversionPlan(layout=layout, steps=tuple(steps), dropped=tuple(sorted(dropped & set(specs))),
+                          unmapped=unmapped)
+
+
+def _huggingface_name(target, rule):
+    """A Hugging Face state-dict key: dot-separated, no '/' (a rule whose glob crossed a '/' shows here)."""
+    if "/" in target or not target or "" in target.split("."):
+        raise LayoutMapError(f"{rule.text} writes '{target[:160]}', which is not a Hugging Face tensor name "
+                             "(dot-separated parts, no '/')", rule=rule.text,
+                             fix="give the tensors it caught a rule of their own, or narrow its glob")
+
+
+def _tensorflow_name(target, rule):
+    """A TensorFlow variable name: '/'-separated scopes, no ':' and no empty scope."""
+    if ":" in target or not target or "" in target.split("/"):
+        raise LayoutMapError(f"{rule.text} writes '{target[:160]}', which is not a TensorFlow variable name "
+                             "('/'-separated scopes, no ':')", rule=rule.text,
+                             fix="give the tensors it caught a rule of their own, or narrow its glob")
+
+
+TARGET_NAMES = {"safetensors": _huggingface_name, "tf": _tensorflow_name}
+"""Target layout -> the check of a target name it can hold."""
 
 
 def _short_name(name, prefix, aliases):
@@ -164,8 +188,3 @@ def _run(step, arrays):
                                  f"not the planned {list(shape)} {dtype}", rule=step.rule.text)
         yield target, piece
 
-
-def _family_fix(layout, names):
-    sample = ", ".join(sorted(names)[:3])
-    return (f"this map reads {layout.family} checkpoints; this one holds {sample}{', ...' if len(names) > 3 else ''}"
-            if names else "the checkpoint holds no tensor the map could read")

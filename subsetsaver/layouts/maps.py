@@ -1,6 +1,6 @@
 """Layout maps: the data files that say how one model family's checkpoint becomes another layout.
 
-A map is a JSON object (see ``docs/leaving_tensorflow.md``)::
+A map is a JSON object (see ``docs/leaving_tensorflow.md``, "Writing a map")::
 
     {"name": "bert-to-hf", "family": "BERT (google-research/bert)",
      "source": {"layout": "tf", "config": "bert_config.json"},
@@ -8,14 +8,18 @@ A map is a JSON object (see ``docs/leaving_tensorflow.md``)::
      "drop": "slots() | global_step()",
      "rules": [{"from": "bert/encoder/layer_*/attention/self/query/kernel",
                 "to": "bert.encoder.layer.{1}.attention.self.query.weight", "transform": ["transpose"]}],
-     "config": {"keys": {"hidden_size": "hidden_size"}, "values": {}, "fixed": {"model_type": "bert"}}}
+     "config": {"keys": {"hidden_size": "hidden_size"}, "fixed": {"model_type": "bert"}},
+     "math": {"activation": {"key": "hidden_act", "from": "hidden_act", "values": {"gelu": "gelu_new"}},
+              "layer_norm_eps": {"key": "layer_norm_eps", "value": 1e-12}, ...},
+     "targets": {"dtypes": ["float32"], "groups": [{"repeat": {"layer": "num_hidden_layers"}, "tensors":
+                 {"bert.encoder.layer.{layer}.attention.self.query.weight": ["hidden_size", "hidden_size"]}}]}}
 
-``from`` is a glob of the selector language (``name('...')``, with ``*`` and ``?``); each wildcard
-captures what it matched, and ``{1}``, ``{2}``, ... in ``to`` put it back. A rule with several ``from`` globs
-concatenates (``"concat": AXIS``); one with several ``to`` names splits (``"split": AXIS``). A rule
-is required unless ``"optional": true``; the first required rule that matches nothing says the
-checkpoint is of another family. ``drop`` is selector text, evaluated on the checkpoint's catalog
-(roles from its names: ``slots()`` finds Adam's and AdamWeightDecay's moments).
+``from`` is a glob of the selector language (``*`` and ``?`` within one ``/``-segment, ``**`` across);
+each wildcard captures what it matched, and ``{1}``, ``{2}``, ... in ``to`` put it back. A rule with
+several ``from`` globs concatenates (``"concat": AXIS``); one with several ``to`` names splits
+(``"split": AXIS``). ``math`` states every config value that changes the math (:data:`MATH_ROLES`);
+``targets`` declares every target tensor the config implies (see :mod:`.coverage`). ``drop`` is
+selector text, evaluated on the checkpoint's catalog.
 
 Example::
 
@@ -27,17 +31,27 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 
+from .. import bounded_json, storage
 from ..errors import LayoutMapError
-from ..formats import storage
+from ..selectors import fill_glob, glob_captures, glob_wildcard_count
 from .transforms import parse_transforms
 
 MAPS_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "maps")
 LAYOUTS = ("tf", "safetensors")
+MATH_ROLES = ("activation", "layer_norm_eps", "position_embedding", "tied_embeddings")
+"""The config values that change a model's math: every map states each one, never copies it."""
+MAX_MAP_BYTES = 4 * 1024 * 1024
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
+_NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
+_RULE_KEYS = {"from", "to", "transform", "concat", "split"}
+_MATH_KEYS = {"key", "value", "from", "values", "why"}
+_GROUP_KEYS = {"tensors", "repeat", "when"}
+_HEAD_KEYS = {"tensors", "architecture", "infer", "config", "when"}
+_TARGET_KEYS = {"dtypes", "groups", "heads", "architecture"}
 
 
 def shipped_maps() -> tuple:
@@ -56,7 +70,6 @@ class Rule:
     transforms: tuple = ()
     concat: int | None = None
     split: int | None = None
-    optional: bool = False
 
     @property
     def text(self) -> str:
@@ -65,15 +78,22 @@ class Rule:
 
     def capture(self, name):
         """The wildcards' texts if the first glob matches ``name`` whole, else None."""
-        found = _capturing(self.source_globs[0]).fullmatch(name)
-        return None if found is None else found.groups()
+        return glob_captures(self.source_globs[0])(name)
 
     def sources(self, captures) -> tuple:
         """Every source name of this rule for ``captures`` (the other globs filled in)."""
-        return tuple(_fill_glob(glob, captures) for glob in self.source_globs)
+        return tuple(fill_glob(glob, captures) for glob in self.source_globs)
 
     def target_names(self, captures) -> tuple:
         return tuple(_PLACEHOLDER.sub(lambda m: captures[int(m.group(1)) - 1], target) for target in self.targets)
+
+    def source_for(self, target):
+        """The source name this rule would read ``target`` from, or None when it does not write it."""
+        for template in self.targets:
+            captures = _template_captures(template)(target)
+            if captures is not None and len(captures) == glob_wildcard_count(self.source_globs[0]):
+                return fill_glob(self.source_globs[0], captures)
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +107,8 @@ class LayoutMap:
     drop: str | None
     rules: tuple
     config: dict
+    math: dict
+    targets: dict
     path: str
 
     @property
@@ -120,77 +142,198 @@ def load_map(name_or_path) -> LayoutMap:
             raise LayoutMapError(f"unknown layout map '{text}'",
                                  fix=f"use one of {', '.join(shipped_maps())}, or the path of a .json map file")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            data = bounded_json.loads(handle.read(MAX_MAP_BYTES + 1), max_bytes=MAX_MAP_BYTES)
+    except OSError as error:
+        raise LayoutMapError(f"cannot read layout map '{path}': {error.strerror or error}") from None
     except ValueError as error:
-        raise LayoutMapError(f"layout map '{path}' is not JSON: {error}") from None
+        raise LayoutMapError(f"layout map '{path}' is not JSON a map can be: {error}") from None
     return parse_map(data, path)
 
 
 def parse_map(data, path="<map>") -> LayoutMap:
     """A :class:`LayoutMap` from a map's JSON object; a :class:`LayoutMapError` names the first bad part."""
-    if not isinstance(data, dict):
-        raise LayoutMapError(f"layout map '{path}' must be a JSON object")
-    for key in ("name", "source", "target", "rules"):
+    where = f"layout map '{path}'"
+    _require_object(data, where, _MAP_KEYS)
+    for key in ("name", "source", "target", "rules", "math", "targets"):
         if key not in data:
-            raise LayoutMapError(f"layout map '{path}' has no \"{key}\"")
-    for side in ("source", "target"):
+            raise LayoutMapError(f"{where} has no \"{key}\"", fix=_HOW_TO_WRITE)
+    for side, allowed in (("source", {"layout", "config", "optional_prefix", "aliases"}),
+                          ("target", {"layout", "config", "metadata", "prefix"})):
+        _require_object(data[side], f"{where}, \"{side}\"", allowed)
         if data[side].get("layout") not in LAYOUTS:
-            raise LayoutMapError(f"layout map '{path}': \"{side}\".\"layout\" must be one of {', '.join(LAYOUTS)}")
-    rules = tuple(_parse_rule(number, item, path) for number, item in enumerate(data["rules"], start=1))
-    return LayoutMap(name=data["name"], family=data.get("family", data["name"]), source=data["source"],
-                     target=data["target"], drop=data.get("drop"), rules=rules, config=data.get("config", {}),
+            raise LayoutMapError(f"{where}: \"{side}\".\"layout\" must be one of {', '.join(LAYOUTS)}")
+        for key in ("config", "optional_prefix", "prefix"):
+            _require_text(data[side], key, f"{where}, \"{side}\"")
+        for key in ("aliases", "metadata"):
+            _require_text_mapping(data[side].get(key, {}), f"{where}, \"{side}\".\"{key}\"")
+    if "config" not in data["target"]:
+        raise LayoutMapError(f"{where}: \"target\" needs \"config\", the name its config file is written under")
+    for key in ("name", "family", "drop"):
+        _require_text(data, key, where)
+    if not isinstance(data["rules"], list) or not data["rules"]:
+        raise LayoutMapError(f"{where}: \"rules\" must be a non-empty list")
+    rules = tuple(_parse_rule(number, item, where) for number, item in enumerate(data["rules"], start=1))
+    config = data.get("config", {})
+    _require_object(config, f"{where}, \"config\"", {"keys", "values", "defaults", "fixed"})
+    _require_text_mapping(config.get("keys", {}), f"{where}, \"config\".\"keys\"")
+    for key in ("values", "defaults", "fixed"):
+        _require_object(config.get(key, {}), f"{where}, \"config\".\"{key}\"")
+    for key, table in config.get("values", {}).items():
+        _require_object(table, f"{where}, \"config\".\"values\".\"{key[:80]}\"")
+    return LayoutMap(name=str(data["name"]), family=str(data.get("family", data["name"])), source=data["source"],
+                     target=data["target"], drop=data.get("drop"), rules=rules, config=config,
+                     math=_parse_math(data["math"], config, where), targets=_parse_targets(data["targets"], where),
                      path=path)
 
 
-def _parse_rule(number, item, path) -> Rule:
-    where = f"layout map '{path}', rule {number}"
-    if not isinstance(item, dict) or "from" not in item or "to" not in item:
+_HOW_TO_WRITE = "see \"Writing a map\" in docs/leaving_tensorflow.md"
+
+
+def _require_object(value, where, allowed=None):
+    if not isinstance(value, dict):
+        raise LayoutMapError(f"{where} must be a JSON object")
+    unknown = sorted(set(value) - allowed) if allowed is not None else []
+    if unknown:
+        raise LayoutMapError(f"{where} has an unknown key \"{str(unknown[0])[:80]}\" (known: {', '.join(sorted(allowed))})",
+                             fix=_HOW_TO_WRITE)
+
+
+def _require_text(data, key, where):
+    if key in data and not (isinstance(data[key], str) or (key == "drop" and data[key] is None)):
+        raise LayoutMapError(f"{where}: \"{key}\" must be a string")
+
+
+def _require_text_mapping(value, where):
+    _require_object(value, where)
+    if not all(isinstance(item, str) for item in value.values()):
+        raise LayoutMapError(f"{where} maps names to names (strings)")
+
+
+def _parse_rule(number, item, where) -> Rule:
+    where = f"{where}, rule {number}"
+    _require_object(item, where, _RULE_KEYS)
+    if "from" not in item or "to" not in item:
         raise LayoutMapError(f"{where} needs \"from\" and \"to\"")
     sources = (item["from"],) if isinstance(item["from"], str) else tuple(item["from"])
     targets = (item["to"],) if isinstance(item["to"], str) else tuple(item["to"])
+    if not sources or not targets or not all(isinstance(text, str) and text for text in sources + targets):
+        raise LayoutMapError(f"{where}: \"from\" and \"to\" are names or lists of names")
     try:
         transforms = parse_transforms(item.get("transform"))
-        _capturing(sources[0])
+        glob_captures(sources[0])
     except ValueError as error:
         raise LayoutMapError(f"{where}: {error}") from None
+    for key in ("concat", "split"):
+        if key in item and type(item[key]) is not int:
+            raise LayoutMapError(f"{where}: \"{key}\" is an axis (an integer)")
     if len(sources) > 1 and "concat" not in item:
         raise LayoutMapError(f"{where} has {len(sources)} sources: say along which axis with \"concat\"")
     if len(targets) > 1 and "split" not in item:
         raise LayoutMapError(f"{where} has {len(targets)} targets: say along which axis with \"split\"")
-    wildcards = _wildcard_count(sources[0])
+    wildcards = glob_wildcard_count(sources[0])
     for template in targets:
         for index in _PLACEHOLDER.findall(template):
             if not 1 <= int(index) <= wildcards:
                 raise LayoutMapError(f"{where}: '{template}' uses {{{index}}}, but '{sources[0]}' has "
                                      f"{wildcards} wildcard(s)")
     for glob in sources[1:]:
-        if _wildcard_count(glob) != wildcards:
+        if glob_wildcard_count(glob) != wildcards:
             raise LayoutMapError(f"{where}: '{glob}' must have as many wildcards as '{sources[0]}'")
     return Rule(number=number, source_globs=sources, targets=targets, transforms=transforms,
-                concat=item.get("concat"), split=item.get("split"), optional=bool(item.get("optional", False)))
+                concat=item.get("concat"), split=item.get("split"))
 
 
-_CAPTURING = {}
+def _parse_math(math, config, where) -> dict:
+    where = f"{where}, \"math\""
+    _require_object(math, where, set(MATH_ROLES))
+    missing = [role for role in MATH_ROLES if role not in math]
+    if missing:
+        raise LayoutMapError(f"{where} does not state {', '.join(missing)}: every map says each value that changes "
+                             "the math, so none is inherited from the map it was copied from", fix=_HOW_TO_WRITE)
+    copied = set(config.get("keys", {})) | set(config.get("fixed", {})) | set(config.get("defaults", {}))
+    for role, entry in math.items():
+        _require_object(entry, f"{where}, \"{role}\"", _MATH_KEYS)
+        if "key" not in entry or not (entry["key"] is None or isinstance(entry["key"], str)):
+            raise LayoutMapError(f"{where}, \"{role}\" needs \"key\": the target config's key, or null when the "
+                                 "target has none")
+        if ("value" in entry) == ("from" in entry) or ("from" in entry) != ("values" in entry):
+            raise LayoutMapError(f"{where}, \"{role}\" states either \"value\", or \"from\" (a source config key) "
+                                 "with \"values\" (each source value and what it becomes)")
+        if "from" in entry and not (isinstance(entry["from"], str) and isinstance(entry["values"], dict)):
+            raise LayoutMapError(f"{where}, \"{role}\": \"from\" is a source config key and \"values\" a JSON object")
+        if entry["key"] in copied:
+            raise LayoutMapError(f"{where}, \"{role}\": \"config\" also sets \"{entry['key']}\"; state it in "
+                                 "\"math\" alone, so a copied map cannot carry it over unseen")
+    return math
 
 
-def _capturing(glob):
-    """``glob`` as a compiled regex with one group per ``*`` or ``?``; every other character is itself."""
-    if glob not in _CAPTURING:
-        parts = re.split(r"(\*|\?)", glob)
-        pattern = "".join("(.*?)" if part == "*" else "(.)" if part == "?" else _plain(part) for part in parts)
-        _CAPTURING[glob] = re.compile(pattern, re.DOTALL)
-    return _CAPTURING[glob]
+def _parse_targets(targets, where) -> dict:
+    where = f"{where}, \"targets\""
+    _require_object(targets, where, _TARGET_KEYS)
+    dtypes = targets.get("dtypes")
+    if not isinstance(dtypes, list) or not dtypes or not all(isinstance(dtype, str) for dtype in dtypes):
+        raise LayoutMapError(f"{where} needs \"dtypes\": the float dtypes the target takes, e.g. [\"float32\"]")
+    groups = targets.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise LayoutMapError(f"{where} needs \"groups\": the tensors the config implies", fix=_HOW_TO_WRITE)
+    for number, group in enumerate(groups, start=1):
+        _check_group(group, f"{where}, group {number}", _GROUP_KEYS)
+    heads = targets.get("heads", {})
+    _require_object(heads, f"{where}, \"heads\"")
+    for head, declared in heads.items():
+        _check_group(declared, f"{where}, head '{head}'", _HEAD_KEYS)
+        for kind in ("infer", "config"):
+            _require_object(declared.get(kind, {}), f"{where}, head '{head}', \"{kind}\"")
+            for key, reading in declared.get(kind, {}).items():
+                if not (isinstance(reading, list) and len(reading) == 2 and reading[0] in declared["tensors"]
+                        and type(reading[1]) is int and reading[1] >= 0):
+                    raise LayoutMapError(f"{where}, head '{head}', \"{kind}\".\"{key}\" is [one of the head's "
+                                         "tensors, an axis]: the size read off it")
+    return targets
 
 
-def _plain(part):
-    return re.escape(part)
+def _check_group(group, where, allowed):
+    _require_object(group, where, allowed)
+    tensors, repeat = group.get("tensors"), group.get("repeat", {})
+    _require_object(tensors, f"{where}, \"tensors\"")
+    _require_object(repeat, f"{where}, \"repeat\"")
+    if not isinstance(group.get("when", {}), (dict, str)):
+        raise LayoutMapError(f"{where}: \"when\" is {{key: value}} or a comparison of config keys")
+    if not tensors:
+        raise LayoutMapError(f"{where} names no tensor")
+    for name, shape in tensors.items():
+        used = set(_NAMED_PLACEHOLDER.findall(name))
+        if used != set(repeat):
+            raise LayoutMapError(f"{where}: '{name[:120]}' must use each of the group's repeat placeholders "
+                                 f"({', '.join('{' + key + '}' for key in repeat) or 'none'}) and no other")
+        if not isinstance(shape, list) or not all(isinstance(size, (int, str)) and not isinstance(size, bool)
+                                                  for size in shape):
+            raise LayoutMapError(f"{where}: the shape of '{name[:120]}' is a list of sizes (integers or "
+                                 "expressions of config keys)")
 
 
-def _wildcard_count(glob) -> int:
-    return sum(1 for part in re.split(r"(\*|\?)", glob) if part in ("*", "?"))
+_TEMPLATES = {}
 
 
-def _fill_glob(glob, captures) -> str:
-    values = iter(captures)
-    return re.sub(r"\*|\?", lambda _: next(values), glob)
+def _template_captures(template):
+    """A matcher of the names ``template`` writes: each ``{n}`` captures (in its order of ``n``)."""
+    if template not in _TEMPLATES:
+        order = [int(index) for index in _PLACEHOLDER.findall(template)]
+        parts = _PLACEHOLDER.split(template)
+        glob = "".join(_escaped(part) if position % 2 == 0 else "*" for position, part in enumerate(parts))
+        match = glob_captures(glob)
+
+        def captures(name, match=match, order=order):
+            found = match(name)
+            if found is None or sorted(order) != list(range(1, len(order) + 1)) or any(
+                    "." in part or "/" in part for part in found):  # a capture is a layer number or a word
+                return None
+            return tuple(found[order.index(index)] for index in range(1, len(order) + 1))
+
+        _TEMPLATES[template] = captures
+    return _TEMPLATES[template]
+
+
+def _escaped(text):
+    return re.sub(r"([*?\[])", r"[\1]", text)

@@ -21,7 +21,7 @@ import dataclasses
 import math
 
 from ..errors import CorruptCheckpointError
-from ..formats import checkpoint_writer, registry, safetensors_file
+from ..formats import checkpoint_writer, registry, safetensors
 
 
 @dataclasses.dataclass
@@ -48,7 +48,7 @@ def write_tf_checkpoint(prefix, stream, *, overwrite=False) -> str:
 
 def nbytes(shape, dtype) -> int:
     """Bytes of a tensor of ``shape`` and ``dtype`` (a numpy dtype name, ml_dtypes' included)."""
-    return math.prod(shape) * safetensors_file.ITEM_BYTES.get(dtype, 4)
+    return math.prod(shape) * safetensors.ITEM_BYTES.get(dtype, 4)
 
 
 def _write(path, stream, checkpoint_format, metadata, overwrite):

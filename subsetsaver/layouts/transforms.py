@@ -87,11 +87,11 @@ def parse_transforms(items) -> tuple:
             raise ValueError(f"a transform is a name or a one-key object, not {item!r}")
         if kind not in KINDS:
             raise ValueError(f"unknown transform '{kind}' (known: {', '.join(KINDS)})")
-        if kind in ("squeeze", "expand_dims") and not isinstance(argument, int):
+        if kind in ("squeeze", "expand_dims") and type(argument) is not int:
             raise ValueError(f"'{kind}' takes an axis, e.g. {{\"{kind}\": 0}}")
-        if kind == "reshape" and not (isinstance(argument, list) and all(isinstance(d, int) for d in argument)):
+        if kind == "reshape" and not _integers(argument):
             raise ValueError("'reshape' takes a list of sizes, one of them -1 at most, e.g. {\"reshape\": [-1, 64]}")
-        if kind == "transpose" and argument is not None and not isinstance(argument, list):
+        if kind == "transpose" and argument is not None and not _integers(argument):
             raise ValueError("'transpose' takes a list of axes, or nothing to reverse them")
         if kind == "cast":
             _numpy_dtype(argument)
@@ -159,13 +159,20 @@ def _axis(axis, rank):
     return axis % rank
 
 
+def _integers(argument) -> bool:
+    return isinstance(argument, list) and all(type(item) is int for item in argument)
+
+
 def _numpy_dtype(name):
     try:
         import ml_dtypes  # noqa: F401  (registers bfloat16 and the float8 types with numpy)
 
-        return np.dtype(name)
+        dtype = np.dtype(name) if isinstance(name, str) else None
     except TypeError:
-        raise ValueError(f"'cast' takes a numpy dtype name such as \"float16\", not {name!r}") from None
+        dtype = None
+    if dtype is None or dtype.kind not in "fiub" and dtype.name != "bfloat16":
+        raise ValueError(f"'cast' takes a numeric dtype name such as \"float16\", not {name!r:.40}")
+    return dtype
 
 
 def _argument_text(argument):

@@ -36,9 +36,9 @@ import time
 import warnings
 import weakref
 
-from .. import tf_internals
+from .. import storage, tf_internals
 from ..errors import SubsetSaverWarning
-from ..formats import storage, tf_bundle, tf_state
+from ..formats.tf import bundle, checkpoint_state
 from .npz_backend import NpzBackend
 from .npz_layout import layout_of
 from .npz_ops import save_fetches_for
@@ -238,7 +238,7 @@ class BundleRuns:
             self.entries.append(entries)
 
     def write(self, writer, take):
-        """Add every run's values to an open tf_bundle.BundleWriter."""
+        """Add every run's values to an open bundle.BundleWriter."""
         for index, entries in enumerate(self.entries):
             for (key, info), value in zip(entries, take(index)):
                 if info is None:
@@ -397,14 +397,14 @@ class BackgroundSaves:
         (which publishes the files so that the checkpoint it replaces, if any, stays whole until then)."""
         saver = self.backend.saver
         final = saved_prefix(saver, sess, save_path, step)
-        with tf_bundle.BundleWriter(final) as writer:
+        with bundle.BundleWriter(final) as writer:
             self._bundle.write(writer, take)
         if write_meta_graph:
             with self.graph.as_default():  # the default graph is the thread's own
                 saver.export_meta_graph(f"{final}.{meta_graph_suffix}", strip_default_attrs=strip_default_attrs)
         if write_state:  # only now, with every file durable, is it named latest
             tf_internals.saver_record_checkpoint(saver, final)
-            tf_state.write_state(os.path.dirname(final) or ".", final, saver.last_checkpoints,
+            checkpoint_state.write_state(os.path.dirname(final) or ".", final, saver.last_checkpoints,
                                  latest_filename or "checkpoint")
             tf_internals.saver_retire_old_checkpoints(saver, meta_graph_suffix)
         return final

@@ -18,14 +18,15 @@ import numbers
 import os
 import re
 
+from .. import storage
 from ..errors import CheckpointMismatchError, CheckpointNotFoundError, CorruptCheckpointError
-from ..formats import npz, npz_state, storage
+from ..formats import npz
 from .npz_layout import check_storable, compare_with_manifest, layout_of
 from .npz_ops import ops_for
 from .reports import describe_all
 
-STATE_FILENAME = npz_state.STATE_FILENAME
-STATE_FORMAT = npz_state.STATE_FORMAT
+STATE_FILENAME = npz.STATE_FILENAME
+STATE_FORMAT = npz.STATE_FORMAT
 
 
 _BACKEND_OPTIONS = ("max_to_keep", "pad_step_number", "save_relative_paths", "name", "checksum")
@@ -107,7 +108,7 @@ class NpzBackend:
 
     def _write_state(self, directory, latest, filename):
         kept = [os.path.basename(p) for p in self._kept if os.path.dirname(p) == directory]
-        npz_state.write_state(_join(directory, filename), os.path.basename(latest), kept)
+        npz.write_state(_join(directory, filename), os.path.basename(latest), kept)
 
     @property
     def last_checkpoints(self) -> list:
@@ -130,7 +131,7 @@ class NpzBackend:
     def latest_checkpoint(directory, latest_filename=None):
         """The latest complete ``.npz`` file in ``directory``, or None."""
         directory = os.fspath(directory)
-        state = npz_state.read_state(_join(directory, latest_filename or STATE_FILENAME))
+        state = npz.read_state(_join(directory, latest_filename or STATE_FILENAME))
         if state is not None and state.latest and _complete(_join(directory, state.latest)):
             return _join(directory, state.latest)
         for candidate in _candidates(directory):

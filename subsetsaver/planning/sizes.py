@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..formats import tf_bundle
+from ..formats.tf import bundle
 from ..selectors import format_bytes
 
 _BLOCK_SIZE = 256 * 1024         # table::Options::block_size
@@ -206,7 +206,7 @@ def _dtype_enum(dtype: str) -> int:
     return _DATA_TYPE_ENUMS[dtype]
 
 
-_DATA_TYPE_ENUMS = {data_type.name: data_type.enum for data_type in tf_bundle.dtypes.DATA_TYPES}
+_DATA_TYPE_ENUMS = {data_type.name: data_type.enum for data_type in bundle.dtypes.DATA_TYPES}
 
 
 def _entry(dtype, shape, shard, offset, nbytes) -> int:

@@ -8,7 +8,7 @@ leaves a torn checkpoint under the final name, and when the save overwrote a pre
 
 Here the Saver writes to a hidden staging prefix beside the target
 (``.model-100.tmp-HOST-PID-RANDOM``), which is then published
-(:func:`subsetsaver.formats.tf_bundle.publish_staged`): the data files under names the
+(:func:`subsetsaver.formats.tf.bundle.publish_staged`): the data files under names the
 checkpoint being replaced does not use, the ``.index`` last, so at every instant the final
 prefix is the old checkpoint or the new one, whole. Only then does the Saver record the
 checkpoint, rewrite the state file and delete the checkpoints past ``max_to_keep``, as
@@ -31,8 +31,9 @@ import functools
 import numbers
 import os
 
-from .. import tf_internals
-from ..formats import publish, storage, tf_bundle
+from .. import storage, tf_internals
+from ..formats import publish
+from ..formats.tf import bundle
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,7 +78,7 @@ def save_staged(saver, sess, save_path, global_step=None, *, latest_filename=Non
     except BaseException:
         remove_checkpoint_files(staged)
         raise
-    tf_bundle.publish_staged(staged, final)
+    bundle.publish_staged(staged, final)
     remove_checkpoint_files(staged)  # what SaveV2 left beside its files, if anything
     if write_state:
         tf_internals.saver_record_checkpoint(saver, final)
@@ -112,7 +113,7 @@ def remove_checkpoint_files(prefix) -> None:
     except OSError:
         names = []
     temporary = [storage.join(directory, name) for name in names if name.startswith(base) and ".tempstate" in name]
-    for path in publish.bundle_files(prefix) + temporary:
+    for path in bundle.bundle_files(prefix) + temporary:
         storage.remove(path)
     storage.remove_tree(prefix + "_temp")
 

@@ -18,9 +18,9 @@ import collections
 import os
 import threading
 
-from .. import tf_internals
+from .. import storage, tf_internals
 from ..catalog import checkpoint_contents, checkpoint_prefix, unlisted_checkpoints_error
-from ..formats import publish, storage, tf_state
+from ..formats.tf import bundle, checkpoint_state
 from .restore_ops import CheckpointRestoreOps
 from .staging import staged_saver_class
 
@@ -68,7 +68,7 @@ class TfBackend:
 
     @staticmethod
     def latest_checkpoint(directory):
-        return tf_state.latest_checkpoint(directory)
+        return checkpoint_state.latest_checkpoint(directory)
 
     @staticmethod
     def exists(prefix) -> bool:
@@ -78,7 +78,7 @@ class TfBackend:
     def checkpoints(directory) -> list:
         """The checkpoints the state file of ``directory`` lists, latest first; an error naming the
         checkpoints of a directory that has no state file."""
-        state = tf_state.read_state(directory)
+        state = checkpoint_state.read_state(directory)
         if state is None:
             error = unlisted_checkpoints_error(directory)
             if error is not None:
@@ -126,7 +126,7 @@ def cached_contents(prefix) -> dict:
 
 
 def _data_file_names(prefix) -> tuple:
-    return tuple(publish.data_files(prefix))
+    return tuple(bundle.data_files(prefix))
 
 
 def _files_identity(prefix, data_paths):

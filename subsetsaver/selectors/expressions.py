@@ -244,7 +244,8 @@ class Scope(_Leaf):
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class Name(_Leaf):
-    """Shell-style glob on the full variable name: ``name('*/moving_*')``."""
+    """Glob on the full variable name, segment by segment (``*`` stays within a '/'-segment, ``**``
+    crosses them; see :func:`patterns.glob_to_regex`): ``name('**/moving_*')``."""
 
     pattern: str
     keyword = "name"
@@ -253,7 +254,7 @@ class Name(_Leaf):
         glob_matcher(self.pattern)  # a glob too large for RE2 fails here, not when resolved
 
     def evaluate(self, catalog):
-        # fnmatch.fnmatchcase, in time linear in the glob and the name
+        # in time linear in the glob and the name
         return _matching(catalog, self, glob_selector(self.pattern))
 
 
@@ -438,7 +439,7 @@ def scope(path: str) -> Selector:
 
 
 def name(glob: str) -> Selector:
-    """Shell-style glob on the full name: ``name('*/moving_*')``."""
+    """Glob on the full name, ``*`` within one '/'-segment and ``**`` across: ``name('**/moving_*')``."""
     return Name(_string("name", glob))
 
 

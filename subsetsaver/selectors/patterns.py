@@ -4,13 +4,17 @@ Python's ``re`` backtracks: ``(\w+)+$`` tries every way to cut a run of word cha
 gives up, 2**47 ways for a 48-character name. RE2 never backtracks, so no pattern from a config file
 can hang the tool. A pattern keeps Python's meaning (:mod:`re2_syntax` rewrites it in RE2's
 dialect); what RE2 cannot do is refused with ``UnsupportedRegexError``, naming the construct, where
-it is and what to write instead. Globs are translated as ``fnmatch`` does, in linear time.
+it is and what to write instead.
+
+Globs follow the '/'-segments of a name: ``*`` and ``?`` stay within one, ``**`` crosses them
+(:func:`glob_to_regex`). One engine serves ``name()`` and the layout maps, whose globs also
+capture what each wildcard matched (:func:`glob_captures`, :func:`fill_glob`).
 
 Example::
 
     regex_matcher(r'^conv_\d+/')('conv_12/w')
     # True
-    glob_matcher('*/moving_*')('bn/moving_mean')
+    glob_matcher('**/moving_*')('conv_1/bn/moving_mean')
     # True
     regex_matcher(r'a(?!b)')
     # Traceback (most recent call last):
@@ -24,11 +28,11 @@ import re
 
 import re2
 
-from ..errors import InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError
+from ..errors import InvalidRegexError, SelectorSyntaxError, UnsupportedRegexError, clipped
 from . import re2_syntax
 
-__all__ = ["compile_regex", "glob_matcher", "glob_selector", "glob_to_regex", "regex_matcher", "regex_selector",
-           "require_google_re2"]
+__all__ = ["compile_regex", "fill_glob", "glob_captures", "glob_matcher", "glob_selector", "glob_to_regex",
+           "glob_wildcard_count", "regex_matcher", "regex_selector", "require_google_re2"]
 
 _PLAIN = "write '{}' instead: RE2 never backtracks, so it cannot hang without one"
 _FIXES = {  # kind -> (what RE2 has none of, how to do without)
@@ -49,14 +53,15 @@ _TOO_LARGE_REGEX = _TOO_LARGE.format("regex", "pattern", "use smaller counts, or
 _TOO_LARGE_GLOB = _TOO_LARGE.format("name", "glob", "split it into several name() terms joined with '|'")
 
 
-def _options():
+def _options(never_capture=True):
     options = re2.Options()
     options.log_errors = False  # RE2 logs every pattern it rejects to stderr otherwise
-    options.never_capture = True
+    options.never_capture = never_capture
     return options
 
 
 _OPTIONS = _options()
+_CAPTURING_OPTIONS = _options(never_capture=False)  # for glob_captures only: groups cost time
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,10 +113,10 @@ def _compile(pattern):
     return compiled, (compiled if empty is text else _re2_compile(empty, pattern)).search(b"") is not None
 
 
-def _re2_compile(text, pattern):
+def _re2_compile(text, pattern, options=_OPTIONS):
     require_google_re2()
     try:
-        compiled = re2.compile(text, _OPTIONS)
+        compiled = re2.compile(text, options)
     except re2.error as error:
         reason = error.args[0].decode("utf-8", "replace") if isinstance(error.args[0], bytes) else str(error)
         if "too large" in reason:
@@ -151,15 +156,67 @@ def regex_matcher(pattern: str):
 
 
 def glob_matcher(glob: str):
-    """A function: name -> ``fnmatch.fnmatchcase(name, glob)``, run on RE2.
+    """A function: name -> whether ``glob`` matches the whole name (see :func:`glob_to_regex`), run on RE2.
 
-    Raises ``SelectorSyntaxError`` for a glob too large for RE2 (about 90,000 '?').
+    Raises ``SelectorSyntaxError`` for a glob too large for RE2 (about 58,000 '?').
+
+    >>> glob_matcher('*/moving_*')('conv_1/bn/moving_mean'), glob_matcher('**/moving_*')('conv_1/bn/moving_mean')
+    (False, True)
     """
+    fullmatch = _compiled_glob(glob, False).fullmatch
+    return lambda name: fullmatch(_utf8(name)) is not None
+
+
+def glob_captures(glob: str):
+    """A function: name -> the texts the wildcards of ``glob`` matched, in order, or None when the
+    glob does not match the whole name. Each wildcard takes the shortest text that lets the rest
+    match; a ``**/`` takes whole segments, each with its '/'; ``[...]`` classes capture nothing.
+    Linear time on RE2, as :func:`glob_matcher`.
+
+    >>> glob_captures('layer_*/attention/**/kernel')('layer_3/attention/self/query/kernel')
+    ('3', 'self/query/')
+    >>> glob_captures('**/x')('x'), glob_captures('**/x')('a/b/x'), glob_captures('*/x')('a/b/x')
+    (('',), ('a/b/',), None)
+    """
+    fullmatch = _compiled_glob(glob, True).fullmatch
+
+    def captures(name):
+        found = fullmatch(_utf8(name))
+        return None if found is None else tuple(text.decode("utf-8", "surrogatepass") for text in found.groups())
+
+    return captures
+
+
+def glob_wildcard_count(glob: str) -> int:
+    """How many wildcards (``*``, ``**``, ``**/``, ``?``) ``glob`` has: the length of its captures.
+
+    >>> glob_wildcard_count('layer_*/[kq]?/**/kernel')
+    3
+    """
+    return sum(wildcard for _, wildcard, _ in _glob_parts(glob))
+
+
+def fill_glob(glob: str, captures) -> str:
+    """``glob`` with each wildcard replaced by its capture, in order; the rest (classes too) as written.
+    ``fill_glob(glob, glob_captures(glob)(name)) == name`` for every name a glob without classes matches.
+
+    >>> fill_glob('layer_*/**/kernel', ('3', 'self/query/'))
+    'layer_3/self/query/kernel'
+    """
+    wildcards = glob_wildcard_count(glob)
+    if len(captures) != wildcards:
+        raise SelectorSyntaxError(f"the glob '{clipped(glob)}' has {wildcards} wildcard(s), but {len(captures)} "
+                                  "capture(s) were given to fill it")
+    values = iter(captures)
+    return "".join(next(values) if wildcard else written for written, wildcard, _ in _glob_parts(glob))
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled_glob(glob, capture):
     try:
-        fullmatch = compile_regex(glob_to_regex(glob)).fullmatch
+        return _re2_compile(glob_to_regex(glob, capture), glob, _CAPTURING_OPTIONS if capture else _OPTIONS)
     except UnsupportedRegexError:  # a glob has nothing RE2 lacks: only its size can be too much
         raise SelectorSyntaxError(_TOO_LARGE_GLOB) from None
-    return lambda name: fullmatch(_utf8(name)) is not None
 
 
 def regex_selector(pattern: str):
@@ -180,8 +237,8 @@ def regex_selector(pattern: str):
 
 
 def glob_selector(glob: str):
-    """A function: names -> those ``fnmatch.fnmatchcase(name, glob)`` accepts, as a list; a glob with
-    no ``*``, ``?`` or ``[`` is an equality test."""
+    """A function: names -> those ``glob`` matches whole (see :func:`glob_to_regex`), as a list; a glob
+    with no ``*``, ``?`` or ``[`` is an equality test."""
     matches = glob_matcher(glob)  # refuses a glob too large for RE2, literal or not
     if not any(char in glob for char in "*?["):
         return lambda names: [glob] if glob in names else []
@@ -200,18 +257,32 @@ def _utf8(name) -> bytes:
     return name.encode("utf-8", "surrogatepass")  # a lone surrogate stays a character; RE2 reads UTF-8
 
 
-@functools.lru_cache(maxsize=512)
-def glob_to_regex(glob: str) -> str:
-    """The Python regex ``fnmatch.fnmatchcase`` matches ``glob`` with, written in linear time.
+def glob_to_regex(glob: str, capture: bool = False) -> str:
+    """The RE2 pattern that matches a name whole where ``glob`` does, written in time linear in the glob.
 
-    ``fnmatch.translate`` looks for the ']' of every '[' from where it opens, so ``'[' * 20000``
-    takes it a minute; here the next ']' after every position is known from one pass. ``*`` is
-    ``.*`` (RE2 does not need fnmatch's atomic groups), and a class keeps fnmatch's rules: ``[!...]``
-    negates, a ']' first is a member, empty ranges drop out.
+    Globs follow paths, as a shell with globstar does: ``*`` is any run of characters within one
+    '/'-segment, ``?`` one character other than '/', and ``**`` (two stars or more) any run, '/'
+    included. A ``**/`` that starts a segment is zero or more whole segments, so ``**/x`` matches
+    ``x`` and ``a/b/x``. A class keeps ``fnmatch``'s rules (``[!...]`` negates, a ']' first is a
+    member, empty ranges drop out) but never matches '/'. ``fnmatch.translate`` looks for the ']' of
+    every '[' from where it opens, so ``'[' * 20000`` takes it a minute; here the next ']' after every
+    position is known from one pass. ``capture``: each wildcard in a group of its own.
 
     >>> glob_to_regex('*/moving_[!v]?')
-    '(?s:.*/moving_[^v].)'
+    '(?s:[^/]*?/moving_[^v/][^/])'
+    >>> glob_to_regex('**/b*', capture=True)
+    '(?s:((?:[^/]*/)*?)b([^/]*?))'
     """
+    return "(?s:" + "".join(f"({pattern})" if capture and wildcard else pattern
+                            for _, wildcard, pattern in _glob_parts(glob)) + ")"
+
+
+_STAR, _GLOBSTAR, _SEGMENTS, _ONE = "[^/]*?", ".*?", "(?:[^/]*/)*?", "[^/]"
+
+
+@functools.lru_cache(maxsize=512)
+def _glob_parts(glob) -> tuple:
+    """``glob`` cut into (text as written, whether a wildcard, RE2 pattern) parts, in one pass."""
     closing, following = [len(glob)] * (len(glob) + 1), len(glob)
     for position in range(len(glob) - 1, -1, -1):
         if glob[position] == "]":
@@ -219,31 +290,50 @@ def glob_to_regex(glob: str) -> str:
         closing[position] = following
     parts, position, size = [], 0, len(glob)
     while position < size:
-        char = glob[position]
+        char, start = glob[position], position
         position += 1
         if char == "*":
-            if not parts or parts[-1] != ".*":
-                parts.append(".*")
+            while position < size and glob[position] == "*":
+                position += 1
+            if position - start == 1:
+                parts.append((glob[start:position], True, _STAR))
+            elif (start == 0 or glob[start - 1] == "/") and glob.startswith("/", position):
+                position += 1
+                parts.append((glob[start:position], True, _SEGMENTS))
+            else:
+                parts.append((glob[start:position], True, _GLOBSTAR))
         elif char == "?":
-            parts.append(".")
+            parts.append((char, True, _ONE))
         elif char == "[":
             end = position + (position < size and glob[position] == "!")
             end += end < size and glob[end] == "]"
             end = closing[end] if end < size else size
             if end >= size:
-                parts.append("\\[")
+                parts.append((char, False, re.escape(char)))
             else:
-                parts.append(_glob_class(glob, position, end))
+                parts.append((glob[start:end + 1], False, _glob_class(glob, position, end)))
                 position = end + 1
         else:
-            parts.append(re.escape(char))
-    return "(?s:" + "".join(parts) + ")"
+            parts.append((char, False, _literal(char)))
+    return tuple(parts)
+
+
+def _literal(char) -> str:
+    return re.escape(char) if char.isascii() and char.isprintable() else f"\\x{{{ord(char):x}}}"
+
+
+_RANGE = None  # the hyphen of a range, among the members of a class
+_SLASH = ord("/")
 
 
 def _glob_class(glob, start, end) -> str:
-    """``glob[start:end]``, the inside of a bracket expression, as a regex class (fnmatch's rules)."""
+    """``glob[start:end]``, the inside of a bracket expression, as an RE2 class that never matches '/'.
+
+    The members are ``fnmatch``'s: the text cut into chunks at range hyphens, empty ranges (``z-a``)
+    merged away, then read as Python's ``re`` reads the class ``fnmatch.translate`` writes of them.
+    """
     if "-" not in glob[start:end]:
-        inside = glob[start:end].replace("\\", r"\\")
+        chunks = [glob[start:end]]
     else:
         chunks, low = [], start
         search = start + 2 if glob[start] == "!" else start + 1
@@ -259,12 +349,39 @@ def _glob_class(glob, start, end) -> str:
             if chunks[index - 1][-1] > chunks[index][0]:
                 chunks[index - 1] = chunks[index - 1][:-1] + chunks[index][1:]
                 del chunks[index]
-        inside = "-".join(chunk.replace("\\", r"\\").replace("-", r"\-") for chunk in chunks)
-    inside = re.sub(r"([&~|])", r"\\\1", inside)
-    if not inside:
-        return r"[^\x00-\U0010ffff]"  # nothing: fnmatch writes (?!), which RE2 lacks
-    if inside == "!":
-        return "."
-    if inside[0] == "!":
-        return "[^" + inside[1:] + "]"
-    return "[" + ("\\" if inside[0] in "^[" else "") + inside + "]"
+    members = list(chunks[0])
+    for chunk in chunks[1:]:
+        members += [_RANGE, *chunk]
+    negated = members[:1] == ["!"]
+    ranges = _class_ranges(members[negated:])
+    if negated:
+        return "[^" + "".join(_class_range(low, high) for low, high in ranges) + "/]"
+    ranges = [piece for low, high in ranges for piece in _without_slash(low, high)]
+    if not ranges:
+        return r"[^\x{0}-\x{10ffff}]"  # nothing: fnmatch writes (?!), which RE2 lacks
+    return "[" + "".join(_class_range(low, high) for low, high in ranges) + "]"
+
+
+def _class_ranges(members) -> list:
+    """(low, high) code points of a class's members, read as Python's ``re`` reads them: a member, a
+    range hyphen and a member make a range; a range hyphen anywhere else is a '-'."""
+    chars = ["-" if member is _RANGE else member for member in members]
+    ranges, index = [], 0
+    while index < len(members):
+        if index + 2 < len(members) and members[index + 1] is _RANGE:
+            ranges.append((ord(chars[index]), ord(chars[index + 2])))
+            index += 3
+        else:
+            ranges.append((ord(chars[index]), ord(chars[index])))
+            index += 1
+    return ranges
+
+
+def _without_slash(low, high) -> list:
+    if not low <= _SLASH <= high:
+        return [(low, high)]
+    return [piece for piece in ((low, _SLASH - 1), (_SLASH + 1, high)) if piece[0] <= piece[1]]
+
+
+def _class_range(low, high) -> str:
+    return _literal(chr(low)) if low == high else f"{_literal(chr(low))}-{_literal(chr(high))}"

@@ -150,7 +150,7 @@ def _streamed_mean(streams, name, weights, buffers, shape):
     """The mean of tensor ``name`` (of ``shape``, not empty) of every input, computed a piece of each
     input at a time into the output: memory holds it and ``buffers``, not a float64 mean and an input.
     Each input's pieces are verified once the last is read
-    (:meth:`~subsetsaver.formats.tf_bundle.BundleReader.pieces`), before the mean is handed out."""
+    (:meth:`~subsetsaver.formats.tf.bundle.BundleReader.pieces`), before the mean is handed out."""
     flat, start, scratch = None, 0, _Scratch()
     into = np.empty(_PIECE_BYTES // 2, np.float64)  # a piece's mean: 2-byte floats have the most elements
     for parts in zip(*(opened.pieces(name, side) for opened, side in zip(streams, buffers)), strict=True):

@@ -32,7 +32,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, Fix, InvalidNameError, InvalidOutputError, UnsupportedDtypeError, clipped
-from ..formats import checkpoint_writer, npz, registry, subset_manifest
+from ..formats import checkpoint_writer, format_protocol, npz, registry, subset_manifest
 from ..planning import renamed_names
 from ..selectors import as_selector
 
@@ -110,7 +109,7 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
                 f"{output_format.noun}s hold numeric tensors only; '{source}' has "
                 f"{', '.join(unsupported[:5])} ({cat.record(unsupported[0]).dtype}): leave them out, e.g. --keep "
                 f"\"{selector!r} - name('{unsupported[0]}')\"")
-    if output_format.name == "name" and cat.object_graph is not None:
+    if output_format.takes_tf1_names and cat.object_graph is not None:
         names, derived = tf1_names(cat, kept, remap), tf1_optimizer_values(source, cat, kept)
         steps = _iteration_counters(cat, kept)  # not whatever else a file names global_step
         _check_steps(cat, steps, source)
@@ -119,13 +118,12 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
     else:
         names, derived, steps = renamed_names(kept, remap), {}, set()
     _refuse_clashes(names, derived, source)
-    regions = source_format.regions(source) if output_format.holds_parts and hasattr(source_format, "regions") else {}
+    regions = source_format.regions(source) if output_format.holds_parts else {}
     records = cat.records_by_name
     specs = [(names[name], regions[name][0] if name in regions else records[name].shape,
               "int64" if name in steps else records[name].dtype) for name in kept]
     specs += [(name, array.shape, array.dtype.name) for name, array in derived.items()]
-    metadata = {"selector": repr(selector), "source": source_format.name, "checkpoint": os.path.basename(source)} \
-        if output_format.name == "npz" else _metadata(selector, cat, names, source)
+    metadata = output_format.recorded(_provenance(selector, cat, names, source, source_format))
     written = checkpoint_writer.write_checkpoint(
         output, _converted(source, kept, names, steps, regions, derived), checkpoint_format=output_format,
         specs=specs, sources=[source], overwrite=overwrite, metadata=metadata)
@@ -317,17 +315,10 @@ def _refuse_clashes(names, derived, source):
                                    f"as '{clipped(new)}'; leave one out (--keep), or rename it (--remap OLD=NEW)")
 
 
-def _metadata(selector, cat, names, source) -> dict:
-    """The string metadata of a safetensors file: the selection, roles by name, where it came from."""
+def _provenance(selector, cat, names, source, source_format) -> format_protocol.Provenance:
+    """Where the converted tensors came from, for the output format to record what it records."""
     records = cat.records_by_name
-    metadata = {
-        "format": "subsetsaver.safetensors",
-        "selector": repr(selector),
-        "source": os.path.basename(source.rstrip("/")),
-        "roles": json.dumps({new: sorted(records[name].roles - {"partitioned"}) for name, new in names.items()}),
-    }
-    manifest = subset_manifest.read_manifest(source) if cat.checkpoint_kind == "name" else None
-    if manifest is not None:
-        metadata["subset_manifest"] = json.dumps(manifest)
-    return metadata
+    roles = {new: sorted(records[name].roles - {"partitioned"}) for name, new in names.items()}
+    manifest = (lambda: subset_manifest.read_manifest(source)) if cat.checkpoint_kind == "name" else None
+    return format_protocol.Provenance(repr(selector), source, source_format.name, roles, manifest)
 

@@ -27,7 +27,8 @@ import os
 
 from .. import catalog as catalog_module
 from ..errors import CastRuleError
-from ..formats import checkpoint_writer, registry, tf_bundle
+from ..formats import checkpoint_writer, registry
+from ..formats.tf import bundle
 from ..planning import map_rows, map_rows_by_part, renamed_names, resolve_rows, split_by_rows
 from ..selectors import as_selector
 
@@ -36,7 +37,7 @@ FLOAT_TYPES = ("float16", "bfloat16", "float32", "float64")
 
 def _numpy_float(name):
     """The numpy dtype of float type ``name``; ml_dtypes (bfloat16) is imported only when a cast needs it."""
-    return next(tf_bundle.dtypes.numpy_dtype(data_type) for data_type in tf_bundle.dtypes.DATA_TYPES
+    return next(bundle.dtypes.numpy_dtype(data_type) for data_type in bundle.dtypes.DATA_TYPES
                 if data_type.name == name)
 
 

@@ -3,7 +3,7 @@
 Fine-tuned checkpoints carry optimizer state (Adam's two moments are twice the
 weights). ``slim`` copies the kept tensors into a new checkpoint holding one at a time:
 each is read, checked against its checksum and written straight away
-(:mod:`subsetsaver.formats.tf_bundle`, no TensorFlow), then every written tensor is read
+(:mod:`subsetsaver.formats.tf.bundle`, no TensorFlow), then every written tensor is read
 back and checked against the checksum of the source's bytes before ``slim`` returns. The files appear under their final names
 only when complete. A manifest (``OUT.subset.json``) records what was kept, and the
 ``checkpoint`` state file of OUT's directory names OUT as the latest, so
@@ -28,7 +28,8 @@ import os
 
 from .. import catalog as catalog_module
 from ..errors import CheckpointMismatchError, InvalidOutputError
-from ..formats import checkpoint_writer, publish, registry, subset_manifest
+from ..formats import checkpoint_writer, registry, subset_manifest
+from ..formats.tf import bundle
 from ..selectors import as_selector
 
 
@@ -103,9 +104,9 @@ def slim(checkpoint, keep, output, *, graph=None, overwrite=False) -> SlimReport
         selector=repr(selector),
         kept=tuple(kept),
         dropped=dropped,
-        source_bytes=publish.checkpoint_bytes(source),
-        output_bytes=publish.checkpoint_bytes(output),
-        data_files=len(publish.data_files(output)),
+        source_bytes=bundle.checkpoint_bytes(source),
+        output_bytes=bundle.checkpoint_bytes(output),
+        data_files=len(bundle.data_files(output)),
         verified=True,
     )
 

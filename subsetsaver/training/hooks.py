@@ -17,7 +17,7 @@ import logging
 import os
 
 from ..audit import audit_values
-from ..formats import npz_state, subset_manifest
+from ..formats import npz, subset_manifest
 
 logger = logging.getLogger("subsetsaver.training")
 
@@ -141,7 +141,7 @@ class PlanSaverHook:
 
 def _npz_kept(directory) -> list:
     """The files the state file of a portable-checkpoint directory lists as kept, oldest first."""
-    state = npz_state.read_state(os.path.join(directory, npz_state.STATE_FILENAME))
+    state = npz.read_state(os.path.join(directory, npz.STATE_FILENAME))
     return [] if state is None else [os.path.join(directory, name) for name in state.kept]
 
 

@@ -25,6 +25,7 @@ import zlib
 
 from ... import bounded_json
 from ...errors import SubsetSaverError, clipped
+from ..memory import evict_oldest, recycled_bytes
 from .format import (
     HASH_IN_THREADS,
     MANIFEST_MEMBER,
@@ -37,7 +38,6 @@ from .format import (
     npy_header,
     typed_view,
 )
-from .memory import evict_oldest, recycled_bytes
 from .parallel_read import ParallelReads, sha256_hex
 from .rows import RowPlan
 from .sources import open_source

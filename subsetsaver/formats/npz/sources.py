@@ -18,8 +18,8 @@ from __future__ import annotations
 import io
 import os
 
+from ... import storage
 from ...errors import CheckpointNotFoundError, CorruptCheckpointError
-from .. import storage
 
 _READ_WHOLE = 16 << 20  # files up to this size are read in one piece
 

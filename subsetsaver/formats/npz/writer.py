@@ -3,7 +3,7 @@
 Arrays are written as they are (no second copy in memory), hashed in worker threads
 while earlier ones are written, or as they come from a stream; the manifest goes last.
 The zip layer is :mod:`.zip_writer`. The file appears whole under
-its name or not at all (:func:`subsetsaver.formats.storage.replacing`). String and object
+its name or not at all (:func:`subsetsaver.storage.replacing`). String and object
 arrays are refused (:class:`~subsetsaver.errors.UnsupportedDtypeError`): a portable file
 holds numbers only, so nothing in it can ask for pickle.
 
@@ -24,9 +24,10 @@ import json
 import os
 import zlib
 
+from ... import storage
 from ...errors import UnsupportedDtypeError
 from ...version import versions
-from .. import storage
+from ..memory import evict_oldest
 from .format import (
     CHECKSUMS,
     DEFAULT_CHECKSUM,
@@ -42,7 +43,6 @@ from .format import (
     npy_header,
     numpy_dtype,
 )
-from .memory import evict_oldest
 from .zip_writer import ZipWriter, bytes_of, rows_layout
 
 

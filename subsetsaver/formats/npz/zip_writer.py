@@ -25,7 +25,7 @@ import dataclasses
 import struct
 import zlib
 
-from .memory import ALIGNMENT, evict_oldest
+from ..memory import ALIGNMENT, evict_oldest
 
 _JOINED_BELOW = 64 << 10  # writes smaller than this are joined ...
 _JOIN_UP_TO = 1 << 20     # ... into one of about this size

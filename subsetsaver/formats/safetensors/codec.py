@@ -23,10 +23,9 @@ import math
 import os
 import re
 
-from .. import bounded_json
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
-from . import storage
-from .tf_bundle.checksums import crc32c
+from ... import bounded_json, storage
+from ...errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
+from ..wire.crc32c import crc32c
 
 # safetensors dtype codes -> numpy dtype names (bfloat16 and float8 through ml_dtypes)
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",

@@ -1,4 +1,4 @@
-"""safetensors files in the format registry (see :mod:`~subsetsaver.formats.safetensors_file`).
+"""safetensors files in the format registry (see :mod:`~subsetsaver.formats.safetensors.codec`).
 
 Example::
 
@@ -8,35 +8,47 @@ Example::
 
 from __future__ import annotations
 
-from .. import bounded_json
-from . import safetensors_file, storage
-from .format_protocol import CheckpointFormat, Contents, TensorInfo
+import json
+import os
+
+from ... import bounded_json, storage
+from ..format_protocol import CheckpointFormat, Contents, TensorInfo
+from . import codec
 
 
 class SafetensorsFormat(CheckpointFormat):
     name = "safetensors"
     description = "safetensors"
     noun = "safetensors file"
-    suffixes = (safetensors_file.SUFFIX,)
-    dtypes = frozenset(safetensors_file.CODES)
+    suffixes = (codec.SUFFIX,)
+    dtypes = frozenset(codec.CODES)
 
     def recognises(self, path) -> bool:
-        return str(path).endswith(safetensors_file.SUFFIX) and storage.exists(path) and not storage.is_directory(path)
+        return str(path).endswith(codec.SUFFIX) and storage.exists(path) and not storage.is_directory(path)
 
     def contents(self, path) -> Contents:
-        found, metadata = safetensors_file.specs(path)
+        found, metadata = codec.specs(path)
         tensors = tuple(TensorInfo(name, shape, dtype) for name, (shape, dtype) in found.items())
         return Contents(str(path), self.name, tensors, metadata=metadata,
                         recorded_roles=_recorded_roles(metadata, frozenset(found)))
 
+    def recorded(self, provenance) -> dict:
+        """The selection, roles by name and where the tensors came from (with the source's subset manifest)."""
+        metadata = {"format": "subsetsaver.safetensors", "selector": provenance.selector,
+                    "source": os.path.basename(provenance.source.rstrip("/")), "roles": json.dumps(provenance.roles)}
+        manifest = provenance.subset_manifest() if provenance.subset_manifest is not None else None
+        if manifest is not None:
+            metadata["subset_manifest"] = json.dumps(manifest)
+        return metadata
+
     def read(self, path, names):
-        return safetensors_file.read(path, names)
+        return codec.read(path, names)
 
     def files(self, path) -> list:
         return [str(path)] if storage.exists(path) else []
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
-        safetensors_file.write(staged, tensors, metadata, specs=specs)
+        codec.write(staged, tensors, metadata, specs=specs)
         return {str(final): staged}
 
 

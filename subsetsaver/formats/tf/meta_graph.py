@@ -2,7 +2,7 @@
 
 ``tf.compat.v1.train.Saver.save`` writes a ``MetaGraphDef`` beside every checkpoint. This
 module decodes the parts of it that say what the variables are and how the graph uses them,
-with the wire-format reader of :mod:`~subsetsaver.formats.tf_bundle.proto`:
+with the wire-format reader of :mod:`~subsetsaver.formats.wire.protobuf`:
 
 * the ``GraphDef``: every op (``NodeDef``: name, op type, inputs, attributes) and the function
   library (bodies of ``tf.cond``/``tf.while_loop`` v2 and ``tf.function``). The objects keep
@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from .tf_bundle.proto import LENGTH_DELIMITED, decode_varint, fields
+from ..wire.protobuf import LENGTH_DELIMITED, decode_varint, fields
 
 __all__ = ["VARIABLE_COLLECTIONS", "AttrValue", "MetaGraph", "NodeDef", "OpDef", "VariableDef", "read_meta_graph", "shape_dims"]
 

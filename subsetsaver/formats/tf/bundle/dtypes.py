@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from ...errors import UnsupportedDtypeError
+from ....errors import UnsupportedDtypeError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ objects raises :class:`~subsetsaver.errors.CorruptCheckpointError` naming the ch
 
 Example::
 
-    with tf_bundle.BundleReader('/ckpt/weights') as reader:
+    with bundle.BundleReader('/ckpt/weights') as reader:
         graph = read_object_graph(reader)
     graph.tensors['layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE']
     # ObjectVariable(key='layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE',
@@ -46,9 +46,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from ..errors import clipped
-from .tf_bundle.problems import corrupt
-from .tf_bundle.proto import Field, Message, decode
+from ...errors import clipped
+from ..wire.protobuf import Field, Message, decode
+from .bundle.problems import corrupt
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 VARIABLE_VALUE = "VARIABLE_VALUE"
@@ -134,12 +134,12 @@ def object_path(key) -> str:
 
 
 def is_object_based(reader) -> bool:
-    """Whether the open :class:`~subsetsaver.formats.tf_bundle.BundleReader` holds an object graph."""
+    """Whether the open :class:`~subsetsaver.formats.tf.bundle.BundleReader` holds an object graph."""
     return OBJECT_GRAPH_KEY in reader.specs
 
 
 def read_object_graph(reader):
-    """The :class:`ObjectGraph` of an open :class:`~subsetsaver.formats.tf_bundle.BundleReader`, or
+    """The :class:`ObjectGraph` of an open :class:`~subsetsaver.formats.tf.bundle.BundleReader`, or
     None for a name-based checkpoint (no ``_CHECKPOINTABLE_OBJECT_GRAPH``)."""
     if not is_object_based(reader):
         return None

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import struct
 
-from .checksums import crc32c, masked_crc32c, unmasked
+from ...wire.crc32c import crc32c, masked_crc32c, unmasked
+from ...wire.protobuf import decode_varint, encode_varint
 from .problems import quoted_key
-from .proto import decode_varint, encode_varint
 
 MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48

@@ -1,17 +1,19 @@
 """The file layer: every question the library asks of files, for local paths and URLs alike.
 
 Each path goes to one backend by its scheme: local paths (no scheme, or ``file://``) to
-:mod:`~subsetsaver.formats.local_files` (``pread``, atomic durable writes, a ``flock`` per
+:mod:`~subsetsaver.storage.local` (``pread``, atomic durable writes, a ``flock`` per
 directory); bucket URLs (``gs://``, ``s3://``, ``memory://`` and whatever else fsspec
-serves) to :mod:`~subsetsaver.formats.remote_storage`; schemes only TensorFlow serves
-(``ram://``) to :mod:`~subsetsaver.formats.gfile_files`. Nothing else in the library opens,
+serves) to :mod:`~subsetsaver.storage.remote`; schemes only TensorFlow serves
+(``ram://``) to :mod:`~subsetsaver.storage.gfile`. Nothing else in the library opens,
 lists, renames or removes a checkpoint file.
 
-Every backend answers the same questions: ``exists``, ``is_directory``, ``list_directory``,
-``size``, ``read_bytes``, ``open_reader`` (ranged reads: ``read``, ``read_into``),
-``replacing`` (a file appears whole or not at all), ``remove``, ``make_directories``,
-``hold_directory`` (one writer per directory), ``remove_abandoned`` (what killed writers
-left) and ``can_rename`` (object stores cannot: they publish data first, the commit object last).
+Every backend answers the same questions, the contract of
+:class:`~subsetsaver.storage.contract.StorageBackend`: ``exists``, ``is_directory``,
+``list_directory``, ``size``, ``read_bytes``, ``open_reader`` (ranged reads: ``read``,
+``read_into``), ``replacing`` (a file appears whole or not at all), ``remove``,
+``make_directories``, ``hold_directory`` (one writer per directory), ``remove_abandoned``
+(what killed writers left) and ``can_rename`` (object stores cannot: they publish data first,
+the commit object last). Backends are chosen by scheme, from :data:`SCHEMES`.
 
 Example::
 
@@ -27,13 +29,26 @@ import os
 import posixpath
 
 from ..errors import RemoteStorageError, clipped
-from .local_files import LOCAL, finish_background_work, fsync_directory, local_path, temporary_name
+from ..lazy_exports import load
+from .contract import RangeReader, StorageBackend
+from .direct_io import reading_back
+from .local import finish_background_work, fsync_directory, local_path, temporary_name
 
-__all__ = ["backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
+__all__ = ["SCHEMES", "RangeReader", "StorageBackend", "backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
-           "open_reader", "parent", "read_bytes", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
+           "open_reader", "parent", "read_bytes", "reading_back", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
            "replacing", "scheme", "size", "sync_directory", "temporary_name", "write_bytes"]
 
+
+
+# URL scheme -> (module, name) of the backend that serves its paths ('': local paths, ``file://`` included).
+# A new backend is one module (a :class:`~subsetsaver.storage.contract.StorageBackend`) and one line here.
+SCHEMES = {
+    "": (".local", "LOCAL"),
+    "ram": (".gfile", "GFILE"),
+}
+FSSPEC = ".remote"  # any other scheme fsspec serves: buckets (gs://, s3://), memory://, ...
+OTHER_SCHEMES = (".gfile", "GFILE")  # the rest: TensorFlow's file systems
 
 
 def scheme(path) -> str:
@@ -49,20 +64,19 @@ def is_local(path) -> bool:
 
 
 def backend(path):
-    """The backend that serves ``path``; the remote ones load on first use (a local command never needs them)."""
+    """The backend that serves ``path``: its scheme's in :data:`SCHEMES`, else fsspec's where fsspec serves the
+    scheme, else TensorFlow's gfile. Each loads when a path of it is first used (a local command needs none
+    but the local one)."""
     protocol = scheme(path)
-    if protocol == "":
-        return LOCAL
-    from . import remote_storage
-
-    if remote_storage.serves(protocol):
-        return remote_storage.backend_for(protocol)
-    from .gfile_files import GFILE, tensorflow_serves
-
-    if not tensorflow_serves(protocol):
+    if protocol in SCHEMES:
+        return load(__name__, *SCHEMES[protocol])
+    fsspec_backends = load(__name__, FSSPEC)
+    if fsspec_backends.serves(protocol):
+        return fsspec_backends.backend_for(protocol)
+    if not load(__name__, OTHER_SCHEMES[0]).tensorflow_serves(protocol):
         raise RemoteStorageError(f"no file system serves '{clipped(os.fspath(path))}'", os.fspath(path),
-                                 remote_storage.install_fix(protocol))
-    return GFILE
+                                 load(__name__, ".remote_errors").install_fix(protocol))
+    return load(__name__, *OTHER_SCHEMES)
 
 
 def join(directory, name) -> str:

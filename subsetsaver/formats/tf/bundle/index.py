@@ -24,10 +24,11 @@ import dataclasses
 import math
 import typing
 
-from ...errors import CheckpointNotFoundError, clipped
+from ....errors import CheckpointNotFoundError, clipped
+from ...wire.protobuf import decode
 from . import dtypes as dtype_table
 from .problems import corrupt, key_subject, quoted_key, tensor_subject
-from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode
+from .proto import BUNDLE_ENTRY, BUNDLE_HEADER
 from .slices import UNDECIDED, WHOLE_DIMENSION, extent_text, first_overlap, region_of, slice_key
 
 INT64_MAX = (1 << 63) - 1

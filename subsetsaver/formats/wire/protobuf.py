@@ -1,4 +1,4 @@
-"""The protocol-buffer wire format, by hand, for the few messages a tensor bundle holds.
+"""The protocol-buffer wire format, by hand, for the few messages the checkpoint formats hold.
 
 A message is a run of fields, each a varint tag (field number << 3 | wire type) and a
 value: a varint, 8 or 4 little-endian bytes, or a varint length and that many bytes.
@@ -7,14 +7,15 @@ does (unknown fields skipped, the last of a repeated scalar wins, a sub-message 
 appears twice merged, repeated numbers packed or not) and refuses what it cannot
 parse with a ``ValueError``; :func:`encode` writes the canonical proto3 bytes
 TensorFlow's C++ serializer writes (fields in number order, zero values left out).
-The schemas of ``tensor_bundle.proto`` and the messages it uses close the module.
+The schemas themselves live with their formats (``tf.bundle.proto``, ``tf.object_graph``).
 
 Example::
 
-    >>> decode(BUNDLE_HEADER, bytes.fromhex('08011a020801'))
-    {'num_shards': 1, 'version': {'producer': 1}}
-    >>> encode(BUNDLE_HEADER, {'num_shards': 1, 'version': {'producer': 1}}).hex()
-    '08011a020801'
+    >>> VERSION = Message("VersionDef", Field(1, "producer", "int32"))
+    >>> decode(VERSION, bytes.fromhex('0801'))
+    {'producer': 1}
+    >>> encode(VERSION, {'producer': 1}).hex()
+    '0801'
 """
 
 from __future__ import annotations
@@ -211,43 +212,3 @@ def _length_delimited(out, number, payload):
     out += encode_varint(number << 3 | LENGTH_DELIMITED)
     out += encode_varint(len(payload))
     out += payload
-
-
-# ---------------------------------------------------------------------------------
-# tensor_bundle.proto and the messages it uses (versions, tensor_shape, tensor_slice)
-# ---------------------------------------------------------------------------------
-
-VERSION_DEF = Message(
-    "VersionDef",
-    Field(1, "producer", "int32"),
-    Field(2, "min_consumer", "int32"),
-    Field(3, "bad_consumers", "int32", repeated=True),
-)
-BUNDLE_HEADER = Message(
-    "BundleHeaderProto",
-    Field(1, "num_shards", "int32"),
-    Field(2, "endianness", "enum"),  # LITTLE = 0, BIG = 1
-    Field(3, "version", VERSION_DEF),
-)
-DIMENSION = Message("TensorShapeProto.Dim", Field(1, "size", "int64"), Field(2, "name", "bytes"))
-TENSOR_SHAPE = Message(
-    "TensorShapeProto",
-    Field(2, "dim", DIMENSION, repeated=True),
-    Field(3, "unknown_rank", "bool"),
-)
-EXTENT = Message(
-    "TensorSliceProto.Extent",
-    Field(1, "start", "int64"),
-    Field(2, "length", "int64", tracked=True),  # oneof has_length: absent means the whole dimension
-)
-TENSOR_SLICE = Message("TensorSliceProto", Field(1, "extent", EXTENT, repeated=True))
-BUNDLE_ENTRY = Message(
-    "BundleEntryProto",
-    Field(1, "dtype", "enum"),
-    Field(2, "shape", TENSOR_SHAPE),
-    Field(3, "shard_id", "int32"),
-    Field(4, "offset", "int64"),
-    Field(5, "size", "int64"),
-    Field(6, "crc32c", "fixed32"),
-    Field(7, "slices", TENSOR_SLICE, repeated=True),
-)

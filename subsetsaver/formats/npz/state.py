@@ -20,8 +20,7 @@ import dataclasses
 import json
 import os
 
-from .. import bounded_json
-from . import storage
+from ... import bounded_json, storage
 
 STATE_FILENAME = "checkpoint_npz.json"
 STATE_FORMAT = "subsetsaver.npz-state"

@@ -8,8 +8,11 @@ Example::
 
 from __future__ import annotations
 
-from . import npz, storage
-from .format_protocol import CheckpointFormat, Contents, TensorInfo
+import os
+
+from ... import storage
+from .. import npz  # the package: its reader and writer load when first used, not with the registry
+from ..format_protocol import CheckpointFormat, Contents, TensorInfo
 
 
 class NpzFormat(CheckpointFormat):
@@ -41,6 +44,10 @@ class NpzFormat(CheckpointFormat):
             if region is not None:
                 found[entry.name] = (tuple(shape), tuple(region[0]))
         return found
+
+    def recorded(self, provenance) -> dict:
+        return {"selector": provenance.selector, "source": provenance.source_format,
+                "checkpoint": os.path.basename(provenance.source)}
 
     def read(self, path, names):
         with npz.Archive(path) as archive:

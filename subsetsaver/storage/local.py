@@ -1,9 +1,9 @@
-"""The local file system's backend of the file layer (:mod:`subsetsaver.formats.storage`).
+"""The local file system's backend of the file layer (:mod:`subsetsaver.storage`).
 
 Reads go through ``os.preadv`` into the caller's buffer (no seek, so threads do not
 interfere). Writes are atomic and durable: the bytes go under a temporary name beside
 the target (same file system, so the rename is atomic), past the page cache in aligned
-stages where the file system allows (:mod:`~subsetsaver.formats.direct_io`; else with a
+stages where the file system allows (:mod:`~subsetsaver.storage.direct_io`; else with a
 background fdatasync every 32 MiB), an fsync at the end, the rename and an fsync of the
 directory; a large
 file the rename replaces is freed in a background thread (:func:`finish_background_work`
@@ -32,6 +32,7 @@ import uuid
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError, CorruptCheckpointError
 from . import direct_io
+from .contract import RangeReader, StorageBackend
 
 TEMPORARY_MARK = ".tmp-"
 # NAME.tmp-HOST-PID-RANDOM, then whatever a writer appends (.index, .data-00000-of-00001, _temp, ...)
@@ -114,7 +115,7 @@ def _running(pid) -> bool:
 # ---------------------------------------------------------------------------------
 
 
-class LocalFiles:
+class LocalFiles(StorageBackend):
     """The file layer's backend for local paths (no scheme, or ``file://``)."""
 
     can_rename = True
@@ -221,27 +222,6 @@ def _check_regular(path, status):
         raise CorruptCheckpointError(f"'{path}' is not a regular file; restore from an intact copy of the checkpoint")
 
 
-class RangeReader:
-    """What every backend's reader shares: ``read`` on top of its ``read_into``, and ``with`` closing it.
-    A subclass sets ``path`` and ``size`` and defines ``read_into(offset, buffer)`` and ``close()``."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-        return False
-
-    def will_need(self, offset, count) -> None:
-        """A hint: bytes ``offset`` to ``offset + count`` are read next (a local file starts fetching them)."""
-
-    def read(self, offset, count) -> bytes:
-        """``count`` bytes from ``offset``; CorruptCheckpointError if the file ends first."""
-        import numpy as np
-
-        return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
-
-
 class LocalReader(RangeReader):
     """A local file read with ``os.preadv``: no seek, so reads from threads do not interfere.
 
@@ -260,7 +240,7 @@ class LocalReader(RangeReader):
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it. A large
         read that a writer's read-back makes of a file it wrote past the page cache comes from the disk
-        (:mod:`~subsetsaver.formats.direct_io`)."""
+        (:mod:`~subsetsaver.storage.direct_io`)."""
         view, done = memoryview(buffer).cast("B"), 0
         if self._direct is not None and len(view) >= direct_io.DIRECT_FROM:
             done = self._direct.read(view, offset)
@@ -295,7 +275,7 @@ class _LocalFileSink:
     """A local temporary file that becomes ``path`` on commit: fsync, rename, fsync of the directory.
 
     Durability costs a wait for the disk; three things keep it short. Where the file system
-    allows, the bytes go to the disk past the page cache (:class:`~subsetsaver.formats.direct_io.StagedWrites`),
+    allows, the bytes go to the disk past the page cache (:class:`~subsetsaver.storage.direct_io.StagedWrites`),
     whose new pages cost more than the disk on a virtual machine. Else every
     ``_WRITEBACK_EVERY`` bytes a background thread fdatasyncs what came so far, so the
     disk works while later arrays are still being checksummed and written and the final

@@ -34,11 +34,11 @@ import threading
 
 import numpy as np
 
-from ...errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
-from .. import storage
-from ..npz.memory import reused_bytes
+from .... import storage
+from ....errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
+from ...memory import reused_bytes
+from ...wire.crc32c import RunningCrc, crc32c, unmasked
 from . import dtypes as dtype_table
-from .checksums import RunningCrc, crc32c, unmasked
 from .index import check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table

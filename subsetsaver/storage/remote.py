@@ -33,7 +33,6 @@ import datetime
 import io
 import json
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -50,8 +49,8 @@ from ..errors import (
     SubsetSaverError,
     clipped,
 )
-from . import remote_limits, remote_ranges
-from .local_files import RangeReader
+from . import limits, remote_errors, remote_ranges
+from .contract import RangeReader, StorageBackend
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
 IN_FLIGHT_BYTES = 16 << 20
@@ -67,26 +66,6 @@ MEMO_OBJECT_BYTES = 4 << 20
 LOCK_NAME = ".subsetsaver-writer.lock"
 """The lock object a writer creates in a checkpoint directory of an object store."""
 
-EXTRAS = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
-CREDENTIALS = {
-    "gcs": "gcsfs reads GOOGLE_APPLICATION_CREDENTIALS (a service-account key file), the credentials of "
-           "'gcloud auth application-default login', or the metadata server on Google Cloud "
-           "(STORAGE_EMULATOR_HOST points it at an emulator); check them and the bucket's permissions",
-    "s3": "s3fs (botocore) reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN), "
-          "AWS_PROFILE and ~/.aws/credentials, or an instance role (AWS_ENDPOINT_URL points it at another "
-          "S3-compatible store); check them and the bucket's permissions",
-}
-ENDPOINTS = {"gcs": "STORAGE_EMULATOR_HOST", "s3": "AWS_ENDPOINT_URL"}
-"""The setting that points each client at another server."""
-_UNREACHABLE = frozenset({  # the clients' own words for "no connection" or "no answer in time"
-    "ClientConnectorError", "ClientConnectionError", "ServerDisconnectedError", "ServerTimeoutError",
-    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError", "TransportError"})
-_HTTP_URL = re.compile(r"https?://\S+")
-_TIMEOUTS = frozenset({"ServerTimeoutError", "ConnectTimeoutError", "ReadTimeoutError"})
-_CREDENTIAL_SIGNS = ("credential", "forbidden", "accessdenied", "access denied", "invalidaccesskeyid",
-                     "signaturedoesnotmatch", "unauthorized", "401", "403", "expiredtoken", "invalid_grant")
-
-
 _backends = {}
 _backends_lock = threading.Lock()
 
@@ -94,23 +73,13 @@ _backends_lock = threading.Lock()
 def serves(protocol) -> bool:
     """Whether URLs of ``protocol`` go through fsspec: Cloud Storage and S3 always (a missing client library
     is then a clear error), any other protocol fsspec knows when fsspec is installed."""
-    if protocol in EXTRAS:
+    if protocol in remote_errors.EXTRAS:
         return True
     try:
         from fsspec.registry import known_implementations, registry
     except ImportError:
         return False
     return protocol in known_implementations or protocol in registry
-
-
-def install_fix(protocol) -> str:
-    """What to install for URLs of ``protocol``: the extra of Cloud Storage and S3, else fsspec and the
-    package of its implementation."""
-    extra = EXTRAS.get(protocol)
-    if extra:
-        return f"install the client library: pip install 'subsetsaver[{extra}]'"
-    return (f"install fsspec (pip install fsspec), which serves '{protocol}://' itself or through the package "
-            "its documentation names (adlfs for az://, ...)")
 
 
 def backend_for(protocol) -> RemoteStorage:
@@ -121,7 +90,7 @@ def backend_for(protocol) -> RemoteStorage:
         return _backends[protocol]
 
 
-class RemoteStorage:
+class RemoteStorage(StorageBackend):
     """The file layer's backend for one fsspec protocol; paths are full URLs (``s3://bucket/dir/name``)."""
 
     can_rename = False
@@ -139,25 +108,29 @@ class RemoteStorage:
 
     @property
     def filesystem(self):
-        """The fsspec file system with the time-outs of ``remote_limits``, made on first use and again when
-        the limits change (listings are never cached: other processes write too)."""
-        limits = remote_limits.current()
-        if self._filesystem is None or self._limits != limits:
-            with self._translated(f"{self.protocol}://", "open a connection to"):
+        """The fsspec file system with the time-outs of :mod:`~subsetsaver.storage.limits`."""
+        return self._connect(f"{self.protocol}://")
+
+    def _connect(self, url):
+        """The file system, made on first use (its failure named by ``url``, the object asked for) and again
+        when the limits change (listings are never cached: other processes write too)."""
+        chosen = limits.current()
+        if self._filesystem is None or self._limits != chosen:
+            with remote_errors.translated(self.protocol, url, "connect to the store for"):
                 import fsspec
 
-                remote_limits.quiet_clients()
-                self._filesystem = remote_limits.within_budget(  # gcsfs may look for credentials on the network
-                    fsspec.filesystem, self.protocol, use_listings_cache=False, budget=limits.budget,
-                    **limits.client_options(self.protocol))
-                self._limits = limits
+                limits.quiet_clients()
+                self._filesystem = limits.within_budget(  # gcsfs may look for credentials on the network
+                    fsspec.filesystem, self.protocol, use_listings_cache=False, budget=chosen.budget,
+                    **chosen.client_options(self.protocol))
+                self._limits = chosen
         return self._filesystem
 
     def _call(self, url, action, method, *args, absent_is_error=False, **kwargs):
         """``filesystem.method(*args, **kwargs)`` within the retry budget, its errors as the library's."""
-        with self._translated(url, action, absent_is_error):
-            return remote_limits.within_budget(getattr(self.filesystem, method), *args,
-                                               budget=remote_limits.current().budget, **kwargs)
+        with remote_errors.translated(self.protocol, url, action, absent_is_error):
+            return limits.within_budget(getattr(self._connect(url), method), *args, budget=limits.current().budget,
+                                        **kwargs)
 
     def exists(self, path) -> bool:
         return self._info(path) is not None
@@ -249,6 +222,15 @@ class RemoteStorage:
     def remove_directory(self, directory) -> None:
         pass
 
+    def remove_tree(self, directory) -> None:
+        """Delete every object under ``directory``; nothing to do when there is none."""
+        try:
+            self._call(directory, "remove", "rm", directory.rstrip("/"), recursive=True)
+        except FileNotFoundError:
+            pass
+        finally:
+            self._forget()
+
     def sync_directory(self, directory) -> None:
         pass  # an object is durable once its upload is finalized
 
@@ -324,12 +306,12 @@ class RemoteStorage:
         """RemoteStorageError when the bucket of ``path`` (gs://, s3://) does not exist: a missing object is then
         named as a missing bucket. Asked when an object is absent, once per bucket that exists."""
         bucket = path.partition("://")[2].split("/", 1)[0]
-        if self.protocol not in EXTRAS or bucket in self._buckets:
+        if self.protocol not in remote_errors.EXTRAS or bucket in self._buckets:
             return
         root = f"{self.protocol}://{bucket}"
         if not self._call(path, "look for", "exists", root):
             raise RemoteStorageError(f"cannot look for '{path}': the bucket '{bucket}' does not exist", path,
-                                     "check the bucket's name, or create the bucket first")
+                                     remote_errors.MISSING_BUCKET)
         self._buckets.add(bucket)
 
     def _remembered(self, question, path, ask):
@@ -352,14 +334,15 @@ class RemoteStorage:
         self._memo.clear()
 
     def _create_exclusively(self, path, data):
-        budget = remote_limits.current().budget
-        with self._translated(path, "create the writer lock", absent_is_error=True):
+        budget = limits.current().budget
+        filesystem = self._connect(path)
+        with remote_errors.translated(self.protocol, path, "create the writer lock", absent_is_error=True):
             try:
-                remote_limits.within_budget(self.filesystem.pipe_file, path, data, mode="create", budget=budget)
+                limits.within_budget(filesystem.pipe_file, path, data, mode="create", budget=budget)
             except TypeError:  # a file system without conditional writes: a check, then a write
-                if remote_limits.within_budget(self.filesystem.exists, path, budget=budget):
+                if limits.within_budget(filesystem.exists, path, budget=budget):
                     raise FileExistsError(path) from None
-                remote_limits.within_budget(self.filesystem.pipe_file, path, data, budget=budget)
+                limits.within_budget(filesystem.pipe_file, path, data, budget=budget)
 
     def _holder(self, lock_url):
         try:
@@ -382,10 +365,10 @@ class RemoteStorage:
                 yield from self._in_parts(path, batch)
                 batch = []
                 try:
-                    with self._translated(path, "read"):
+                    with remote_errors.translated(self.protocol, path, "read"):
                         yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
                 except RemoteStorageError as error:  # a range past the end is refused, not cut short; else the
-                    if _timed_out(error.__cause__):  # a store that stopped sending had its time: no second wait
+                    if remote_errors.timed_out(error.__cause__):  # a store that stopped sending had its time: no second wait
                         raise
                     self._check_replaced(path)
                     self._check_reaches(path, run[-1].end)  # stream broke: parts (with retries) read the rest
@@ -423,7 +406,7 @@ class RemoteStorage:
         if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
             import asyncio  # loaded with the first remote read, not by every command
 
-            budget = remote_limits.current().budget
+            budget = limits.current().budget
             return asyncio.run_coroutine_threadsafe(
                 asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
         if self._executor is None:
@@ -432,7 +415,7 @@ class RemoteStorage:
 
     def _result(self, path, future, start, end):
         try:
-            with self._translated(path, "read"):
+            with remote_errors.translated(self.protocol, path, "read"):
                 data = future.result()
         except StoreUnreachableError:
             raise
@@ -477,46 +460,6 @@ class RemoteStorage:
                 "short (an upload that did not finish, or a data file of another checkpoint); write the "
                 "checkpoint again")
 
-    @contextlib.contextmanager
-    def _translated(self, url, action, absent_is_error=False):
-        """Errors of fsspec and the client libraries as RemoteStorageError; FileNotFoundError stays itself
-        unless ``absent_is_error`` (a write's: the bucket is missing)."""
-        try:
-            yield
-        except FileNotFoundError as error:
-            if not absent_is_error:
-                raise CheckpointNotFoundError(f"no object '{url}'", path=url) from error
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     "check the bucket's name, or create the bucket first") from error
-        except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
-            raise
-        except ImportError as error:
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     install_fix(self.protocol)) from error
-        except Exception as error:
-            if _unreachable(error):
-                raise self._unreachable_error(url, action) from error
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     self._fix_for(error)) from error
-
-    def _unreachable_error(self, url, action):
-        endpoint = ENDPOINTS.get(EXTRAS.get(self.protocol))
-        where = f" (check {endpoint} and the network)" if endpoint else ""
-        return StoreUnreachableError(
-            f"cannot {action} '{url}': no answer from the store within the {remote_limits.current().budget:g} s "
-            "retry budget", url,
-            f"the server is unreachable or stopped sending{where}, the bucket is missing, or the credentials are "
-            f"refused; to wait longer, set {remote_limits.ENVIRONMENT['budget']} (seconds)")
-
-    def _fix_for(self, error):
-        text = f"{type(error).__name__} {error} {getattr(error, 'code', '')}".lower()
-        if isinstance(error, PermissionError) or any(sign in text for sign in _CREDENTIAL_SIGNS):
-            return CREDENTIALS.get(EXTRAS.get(self.protocol), "check the store's credentials and permissions")
-        if "nosuchbucket" in text or "bucket does not exist" in text or "not found" in text:
-            return "check the bucket's name, or create the bucket first"
-        return "check the URL, the network and the store's status, then try again"
-
-
 class RemoteReader(RangeReader):
     """An object read in ranges; ``size`` is asked once, when it is opened.
 
@@ -547,7 +490,7 @@ class _UploadSink:
 
     def __init__(self, storage, path):
         self.storage, self.path = storage, path
-        filesystem = self.filesystem = storage.filesystem
+        filesystem = self.filesystem = storage._connect(path)
         self.handle = None
         self.spool = None
         if getattr(filesystem, "async_impl", False):  # gcsfs, s3fs, adlfs: uploads in parts, published on close
@@ -558,8 +501,8 @@ class _UploadSink:
             self.spool = tempfile.TemporaryFile()
 
     def _bounded(self, action, function, *args, **kwargs):
-        with self.storage._translated(self.path, action, absent_is_error=True):
-            return remote_limits.within_budget(function, *args, budget=remote_limits.current().budget, **kwargs)
+        with remote_errors.translated(self.storage.protocol, self.path, action, absent_is_error=True):
+            return limits.within_budget(function, *args, budget=limits.current().budget, **kwargs)
 
     def write(self, buffer) -> int:
         data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
@@ -586,7 +529,7 @@ class _UploadSink:
         its client (an upload never finished never appears)."""
         if self.handle is not None:
             with contextlib.suppress(Exception):
-                remote_limits.within_budget(self.handle.discard, budget=remote_limits.current().connect)
+                limits.within_budget(self.handle.discard, budget=limits.current().connect)
             self.handle.closed = True
         if self.spool is not None:
             self.spool.close()
@@ -624,32 +567,3 @@ def _version(info):
         if info and info.get(field):
             return str(info[field])
     return None
-
-
-def _unreachable(error) -> bool:
-    """Whether ``error`` says the store did not answer (no connection, a time-out), by its class or a cause's."""
-    return any(isinstance(cause, (TimeoutError, ConnectionError)) or _UNREACHABLE & _class_names(cause)
-               for cause in _causes(error))
-
-
-def _timed_out(error) -> bool:
-    """Whether ``error`` (or a cause) is a time-out: a connect, read or budget time-out."""
-    return any(isinstance(cause, TimeoutError) or _TIMEOUTS & _class_names(cause) for cause in _causes(error))
-
-
-def _causes(error):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def _class_names(error) -> set:
-    return {kind.__name__ for kind in type(error).__mro__}
-
-
-def _first_line(error):
-    """The first line of ``error``, the server's own HTTP URLs left out: the user's URL names the object."""
-    text = str(error).strip() or type(error).__name__
-    return _HTTP_URL.sub("<the server's URL>", text.splitlines()[0])[:300]

@@ -1,7 +1,7 @@
 """TensorFlow name-based checkpoints (what ``tf.compat.v1.train.Saver`` writes) in the format registry.
 
 A checkpoint is a prefix: ``PREFIX.index`` and its data shards, read and written by
-:mod:`~subsetsaver.formats.tf_bundle` without TensorFlow; a directory stands for the
+:mod:`~subsetsaver.formats.tf.bundle` without TensorFlow; a directory stands for the
 latest checkpoint its ``checkpoint`` state file names.
 
 Example::
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 
-from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from . import publish, storage, tf_bundle, tf_object_graph, tf_state
-from .format_protocol import CheckpointFormat, Contents, TensorInfo
+from ... import storage
+from ...errors import CheckpointNotFoundError, CorruptCheckpointError
+from ..format_protocol import CheckpointFormat, Contents, TensorInfo
+from . import bundle, checkpoint_state, object_graph
 
-BOOKKEEPING = (tf_object_graph.OBJECT_GRAPH_KEY,)  # tensors that are the file's own, not a variable's
+BOOKKEEPING = (object_graph.OBJECT_GRAPH_KEY,)  # tensors that are the file's own, not a variable's
 
 
 def checkpoint_prefix(path) -> str:
@@ -29,7 +30,7 @@ def checkpoint_prefix(path) -> str:
     """
     path = os.fspath(path)
     if storage.is_directory(path):
-        latest = tf_state.latest_checkpoint(path)
+        latest = checkpoint_state.latest_checkpoint(path)
         if latest is None:
             raise unlisted_checkpoints_error(path) or CheckpointNotFoundError(
                 f"no checkpoint in directory '{path}' (no 'checkpoint' state file naming one)", path=path)
@@ -47,7 +48,7 @@ def checkpoint_prefix(path) -> str:
 def unlisted_checkpoints_error(directory):
     """The CheckpointNotFoundError for a directory whose checkpoints no state file names, or None
     when it holds no checkpoint at all."""
-    prefixes = tf_state.unlisted_checkpoints(directory)
+    prefixes = checkpoint_state.unlisted_checkpoints(directory)
     if not prefixes:
         return None
     shown = ", ".join(f"'{p}'" for p in prefixes[-3:]) + (f" and {len(prefixes) - 3} more" if len(prefixes) > 3 else "")
@@ -69,8 +70,8 @@ def is_bundle(path) -> bool:
 def open_checked(prefix):
     """An open BundleReader of ``prefix`` whose data files all exist: checked after the whole index,
     so that a damaged index is named before a missing file."""
-    reader = tf_bundle.BundleReader(prefix, require_data_files=False)
-    missing = [path for path in (tf_bundle.data_path(prefix, shard, reader.num_shards)
+    reader = bundle.BundleReader(prefix, require_data_files=False)
+    missing = [path for path in (bundle.data_path(prefix, shard, reader.num_shards)
                                  for shard in reader.data_shards())
                if not storage.exists(path)]
     if missing:
@@ -90,16 +91,19 @@ class BundleFormat(CheckpointFormat):
         return checkpoint_prefix(path)
 
     def files(self, path) -> list:
-        return publish.bundle_files(path)
+        return bundle.bundle_files(path)
 
     def commit_file(self, path) -> str:
-        return tf_bundle.index_path(path)
+        return bundle.index_path(path)
+
+    def name_latest(self, path) -> None:
+        checkpoint_state.name_latest(path)
 
     def streams(self, path):
         prefix = checkpoint_prefix(path)
         if not storage.is_local(prefix):
             return None
-        reader = tf_bundle.BundleReader(prefix)
+        reader = bundle.BundleReader(prefix)
         try:
             return _Streams(reader, self._keys(reader))
         except BaseException:
@@ -113,13 +117,14 @@ class BundleFormat(CheckpointFormat):
     def _is_object_based(self, path) -> bool | None:
         if not is_bundle(path):
             return None
-        with tf_bundle.BundleReader(checkpoint_prefix(path), require_data_files=False) as reader:
-            return tf_object_graph.is_object_based(reader)
+        with bundle.BundleReader(checkpoint_prefix(path), require_data_files=False) as reader:
+            return object_graph.is_object_based(reader)
 
 
 class NameBasedFormat(BundleFormat):
     name = "name"
     description = "TensorFlow name-based (tf.compat.v1.train.Saver)"
+    takes_tf1_names = True
 
     def recognises(self, path) -> bool:
         return self._is_object_based(path) is False
@@ -132,17 +137,17 @@ class NameBasedFormat(BundleFormat):
         return Contents(prefix, self.name, tensors)
 
     def read(self, path, names):
-        with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
+        with bundle.BundleReader(checkpoint_prefix(path)) as reader:
             yield from reader.read_many(names)  # from a bucket: several tensors in flight
 
     def part_reader(self, path):
-        """A :class:`~subsetsaver.formats.tf_bundle.BundleReader` of the checkpoint, to read a partitioned
+        """A :class:`~subsetsaver.formats.tf.bundle.BundleReader` of the checkpoint, to read a partitioned
         tensor part by part (``parts``, ``read_part``) rather than assembled; close it, or use ``with``."""
-        return tf_bundle.BundleReader(checkpoint_prefix(path))
+        return bundle.BundleReader(checkpoint_prefix(path))
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
-        num_shards = tf_bundle.shard_count_for(final)
-        with tf_bundle.BundleWriter(staged, num_shards=num_shards, publish=False) as writer:
+        num_shards = bundle.shard_count_for(final)
+        with bundle.BundleWriter(staged, num_shards=num_shards, publish=False) as writer:
             for item in tensors:
                 if len(item) == 3:
                     name, array, (full_shape, offset) = item
@@ -151,8 +156,8 @@ class NameBasedFormat(BundleFormat):
                 else:
                     writer.add(*item)
                 del item
-        return {tf_bundle.data_path(final, shard, num_shards): tf_bundle.data_path(staged, shard, num_shards)
-                for shard in range(num_shards)} | {tf_bundle.index_path(final): tf_bundle.index_path(staged)}
+        return {bundle.data_path(final, shard, num_shards): bundle.data_path(staged, shard, num_shards)
+                for shard in range(num_shards)} | {bundle.index_path(final): bundle.index_path(staged)}
 
 
 class _Streams:

@@ -1,6 +1,6 @@
 """The file layer's backend for file systems only TensorFlow serves (``ram://``, ``hdfs://``, ...).
 
-Buckets go through fsspec (:mod:`subsetsaver.formats.remote_storage`); what fsspec does
+Buckets go through fsspec (:mod:`subsetsaver.storage.remote`); what fsspec does
 not know, and TensorFlow does, goes through ``tf.io.gfile``, imported only then. Such
 file systems publish a file when it is closed and have no fsync.
 
@@ -17,7 +17,8 @@ import os
 import threading
 
 from ..errors import CheckpointNotFoundError, CheckpointWriteError
-from .local_files import RangeReader, ended_early, temporary_name
+from .contract import RangeReader, StorageBackend
+from .local import ended_early, temporary_name
 
 _WRITE_CHUNK = 16 << 20  # tf.io.gfile takes bytes, so writes copy this much at a time
 
@@ -36,7 +37,7 @@ def tensorflow_serves(protocol) -> bool:
         return False
 
 
-class GFileFiles:
+class GFileFiles(StorageBackend):
     """``tf.io.gfile`` behind the file layer's questions."""
 
     can_rename = True

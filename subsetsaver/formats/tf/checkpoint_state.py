@@ -27,10 +27,10 @@ import dataclasses
 import os
 import re
 
-from . import storage
+from ... import storage
 
 STATE_FILENAME = "checkpoint"
-TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (formats.local_files)
+TEMPORARY = re.compile(r"\.tmp-.+-\d+-[0-9a-f]{8}")  # a writer's temporary name (storage.local)
 MAX_STATE_BYTES = 1 << 20
 _FIELD = re.compile(r'^\s*(\w+)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')
 

@@ -32,14 +32,16 @@ import os
 
 import numpy as np
 
-from ...errors import UnsupportedDtypeError
-from .. import publish as publishing
-from .. import storage
+from .... import storage
+from ....errors import UnsupportedDtypeError
+from ... import publish as publishing
+from ...wire.crc32c import RunningCrc, crc32c, mask
+from ...wire.protobuf import decode, encode, encode_varint
 from . import dtypes as dtype_table
-from .checksums import RunningCrc, crc32c, mask
+from .files import bundle_files, data_files, free_shard_count, shard_count_of
 from .index import HEADER_KEY, LITTLE_ENDIAN, READER_VERSION, data_path, index_path
 from .problems import corrupt
-from .proto import BUNDLE_ENTRY, BUNDLE_HEADER, decode, encode, encode_varint
+from .proto import BUNDLE_ENTRY, BUNDLE_HEADER
 from .reader import BundleReader
 from .slices import overlaps, slice_key
 from .table import build_table, read_table
@@ -68,7 +70,7 @@ def publish_staged(staged, final) -> None:
         _renumber(staged, count, wanted)
     files = {data_path(final, shard, wanted): data_path(staged, shard, wanted) for shard in range(wanted)}
     files[index_path(final)] = index_path(staged)
-    publishing.publish(files, commit=index_path(final), replaced=publishing.bundle_files(final))
+    publishing.publish(files, commit=index_path(final), replaced=bundle_files(final))
 
 
 def shard_count_for(prefix, wanted=1) -> int:
@@ -81,10 +83,10 @@ def shard_count_for(prefix, wanted=1) -> int:
             current = reader.num_shards
     except OSError:  # no checkpoint there, or a damaged one that is being replaced: its data files are garbage
         current = None
-    for path in publishing.data_files(prefix):
-        if publishing.shard_count_of(path) != current:
+    for path in data_files(prefix):
+        if shard_count_of(path) != current:
             storage.remove(path)
-    return publishing.free_shard_count(prefix, wanted)
+    return free_shard_count(prefix, wanted)
 
 
 def _renumber(prefix, count, wanted):
@@ -154,7 +156,7 @@ class BundleWriter:
                 storage.write_bytes(data_path(self._target, shard, self._num_shards), b"")
             storage.write_bytes(index_path(self._target), self._index_bytes())
             if self._publish:
-                publishing.publish(staged, commit=index_path(self.prefix), replaced=publishing.bundle_files(self.prefix))
+                publishing.publish(staged, commit=index_path(self.prefix), replaced=bundle_files(self.prefix))
         except BaseException:
             if self._target != self.prefix:
                 publishing.discard(staged.values())

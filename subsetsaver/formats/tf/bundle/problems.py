@@ -12,7 +12,7 @@ Example::
     # dtype (77) (truncated or tampered); restore from an intact copy of the checkpoint
 """
 
-from ...errors import CorruptCheckpointError, clipped
+from ....errors import CorruptCheckpointError, clipped
 from .slices import extent_text, read_slice_key
 
 RESTORE = "restore from an intact copy of the checkpoint"

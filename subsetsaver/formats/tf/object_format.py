@@ -14,14 +14,14 @@ Example::
 
 from __future__ import annotations
 
-from . import tf_bundle, tf_object_graph
-from .format_protocol import Contents, TensorInfo
+from ..format_protocol import Contents, TensorInfo
+from . import bundle, object_graph
 from .name_format import BOOKKEEPING, BundleFormat, checkpoint_prefix, open_checked
 
 
 def object_checkpoint_names(graph, keys) -> dict:
     """Key -> catalog name of each of ``keys`` of an object-based checkpoint (``graph``: its
-    :class:`~subsetsaver.formats.tf_object_graph.ObjectGraph`): the full name TensorFlow recorded;
+    :class:`~subsetsaver.formats.tf.object_graph.ObjectGraph`): the full name TensorFlow recorded;
     the object path where it recorded none, or where its full name is another tensor's too (or
     another's object path); the key itself for a tensor the graph does not name, or when even an
     object path clashes.
@@ -69,7 +69,7 @@ class ObjectBasedFormat(BundleFormat):
         prefix = checkpoint_prefix(path)
         with open_checked(prefix) as reader:
             specs = {name: spec for name, spec in reader.specs.items() if name not in BOOKKEEPING}
-            graph = tf_object_graph.read_object_graph(reader)
+            graph = object_graph.read_object_graph(reader)
         names = object_checkpoint_names(graph, specs)
         tensors = []
         for key in sorted(specs, key=names.__getitem__):
@@ -79,7 +79,7 @@ class ObjectBasedFormat(BundleFormat):
         return Contents(prefix, self.name, tuple(tensors), object_graph=graph)
 
     def read(self, path, names):
-        with tf_bundle.BundleReader(checkpoint_prefix(path)) as reader:
+        with bundle.BundleReader(checkpoint_prefix(path)) as reader:
             keys = self._keys(reader)
             for name in names:
                 if name not in keys:
@@ -87,7 +87,7 @@ class ObjectBasedFormat(BundleFormat):
                 yield name, reader.read(keys[name])
 
     def _keys(self, reader) -> dict:
-        graph = tf_object_graph.read_object_graph(reader)
+        graph = object_graph.read_object_graph(reader)
         return {name: key for key, name in object_checkpoint_names(
             graph, [key for key in reader.names if key not in BOOKKEEPING]).items()}
 

@@ -1,0 +1,20 @@
+"""safetensors files: the codec (``codec``) and its entry in the format registry (``SAFETENSORS``).
+
+Example::
+
+    from subsetsaver.formats import safetensors
+    safetensors.write('out/model.safetensors', [('w', w)], specs=[('w', (2, 3), 'float32')])
+    safetensors.specs('out/model.safetensors')[0]
+    # {'w': ((2, 3), 'float32')}
+"""
+
+from ...lazy_exports import exports, names
+
+__getattr__, __dir__ = exports(__name__, {
+    **names(".codec", "CODES", "DTYPES", "ITEM_BYTES", "MAX_HEADER_BYTES", "SUFFIX", "header", "name_problem", "read",
+            "specs", "write"),
+    **names(".checkpoint_format", "SAFETENSORS"),
+})
+
+__all__ = ["CODES", "DTYPES", "ITEM_BYTES", "MAX_HEADER_BYTES", "SAFETENSORS", "SUFFIX", "header", "name_problem", "read",
+           "specs", "write"]
