@@ -19,7 +19,9 @@ import pytest
 from object_servers import FaultyRelay
 
 from subsetsaver.errors import CorruptCheckpointError, SubsetSaverError
-from subsetsaver.formats import npz, tf_bundle
+from subsetsaver.formats import npz
+from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.storage.remote_errors import CREDENTIALS
 
 MiB = 1 << 20
 LIMITS = {"SUBSETSAVER_CONNECT_TIMEOUT": "1", "SUBSETSAVER_READ_TIMEOUT": "2", "SUBSETSAVER_RETRY_BUDGET": "4"}
@@ -199,3 +201,37 @@ def test_a_missing_bucket_is_named_for_reads_and_writes(server_store, tmp_path):
     assert refusal(read) == (f"cannot look for '{missing}/model.index': the bucket "
                              f"'no-such-bucket-{os.getpid()}' does not exist: {fix}")
     assert refusal(write).endswith(fix) and f"'{missing}/out.npz'" in refusal(write)
+
+
+def test_bad_credentials_end_in_one_line_naming_the_settings_the_client_reads(tmp_path):
+    """S3: moto with authentication on refuses keys it never issued. Cloud Storage: a key file whose token
+    service does not answer."""
+    port = object_servers.free_port()
+    try:
+        server = object_servers.start_moto_process(port, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    key_file = tmp_path / "key.json"
+    key_file.write_text('{"type": "service_account", "client_email": "a@b.c", "private_key": "-", '
+                        '"token_uri": "http://127.0.0.1:9/token"}')
+    children = {
+        "s3": {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIAUNKNOWN",
+               "AWS_SECRET_ACCESS_KEY": "wrong"},
+        "gs": {"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)},
+    }
+    try:
+        results = {}
+        for protocol, settings in children.items():
+            env = {name: value for name, value in os.environ.items() if name != "STORAGE_EMULATOR_HOST"}
+            results[protocol] = subprocess.run(
+                [sys.executable, "-m", "subsetsaver", "inspect", f"{protocol}://private/model"], capture_output=True,
+                text=True, env={**env, **LIMITS, **settings}, timeout=HANG_GUARD)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    s3_line, gs_line = refusal(results["s3"]), refusal(results["gs"])
+    assert s3_line.startswith("cannot look for 's3://private/model': ") and s3_line.endswith(CREDENTIALS["s3"])
+    assert "http" not in s3_line  # the server's address is not the user's URL
+    assert gs_line.startswith("cannot connect to the store for 'gs://private/model': ")
+    assert "credentials are refused" in gs_line or gs_line.endswith(CREDENTIALS["gcs"])

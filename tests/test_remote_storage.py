@@ -431,7 +431,8 @@ def test_a_missing_client_library_says_which_extra_to_install():
     """)
     out, err = client.communicate(timeout=120)
 
-    assert out.strip() == "RemoteStorageError | gs:// | install the client library: pip install 'subsetsaver[gcs]'", err
+    assert out.strip() == ("RemoteStorageError | gs://bucket/model.index | install the client library: "
+                           "pip install 'subsetsaver[gcs]'"), err
 
 
 def test_client_errors_become_remote_storage_errors_with_the_url(server_store):

@@ -58,34 +58,33 @@ class Limits:
         return {}
 
 
-_chosen = None
+_chosen = {}  # the limits set_limits chose, by field
 
 
 def current() -> Limits:
-    """The limits in force: those :func:`set_limits` chose, else the environment's, else the defaults."""
-    if _chosen is not None:
-        return _chosen
+    """The limits in force: each as :func:`set_limits` chose it, else the environment's, else the default."""
     values = {}
     for field, variable in ENVIRONMENT.items():
         text = os.environ.get(variable)
-        if text is not None:
-            values[field] = _seconds(text, variable, f"{variable}={getattr(Limits(), field):g}")
-    return Limits(**values)
+        if text is not None and field not in _chosen:
+            values[field] = _seconds(text, f"{variable}=", f"{variable}={getattr(Limits(), field):g}")
+    return Limits(**values, **_chosen)
 
 
 def set_limits(*, connect=None, read=None, budget=None) -> Limits:
-    """Choose the limits for every store from now on (None: the environment's, else the default); returns them.
+    """Choose the limits for every store from now on (None: the environment's, else the default); returns those
+    in force.
 
     >>> set_limits(budget=60).budget
     60.0
-    >>> _ = set_limits()
+    >>> set_limits().budget
+    15.0
     """
-    global _chosen
-    _chosen = None
     chosen = {field: _seconds(value, f"{field}=", f"{field}={getattr(Limits(), field):g}")
               for field, value in (("connect", connect), ("read", read), ("budget", budget)) if value is not None}
-    _chosen = dataclasses.replace(current(), **chosen)
-    return _chosen
+    _chosen.clear()
+    _chosen.update(chosen)
+    return current()
 
 
 def _seconds(value, name, example) -> float:
@@ -94,7 +93,8 @@ def _seconds(value, name, example) -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise StoreSettingError(f"{name}{clipped(repr(value), 40)} is not a number of seconds above 0; e.g. {example}")
+        shown = clipped(repr(value) if isinstance(value, str) else value, 40)
+        raise StoreSettingError(f"{name}{shown} is not a number of seconds above 0; e.g. {example}")
     return seconds
 
 
