@@ -23,6 +23,7 @@ def test_limits_come_from_the_environment_unless_set(monkeypatch):
     assert limits.current() == limits.Limits(connect=5.0, read=2.5, budget=15.0)
     assert limits.set_limits(budget=60, connect=1) == limits.Limits(connect=1.0, read=2.5, budget=60.0)
     assert limits.current().budget == 60.0
+    assert limits.set_limits(read=7).read == 7.0  # chosen over the environment's 2.5
     assert limits.set_limits() == limits.Limits(connect=5.0, read=2.5, budget=15.0)
 
 
