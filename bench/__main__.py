@@ -12,7 +12,7 @@ from bench.report import print_line  # noqa: E402
 
 MODULES = ["bench.bench_selectors", "bench.bench_planner", "bench.bench_audit", "bench.bench_portable",
            "bench.bench_long_runs", "bench.bench_files", "bench.bench_meta", "bench.bench_rows",
-           "bench.bench_layouts", "bench.bench_background_saves", "bench.bench_reads"]
+           "bench.bench_layouts", "bench.bench_background_saves", "bench.bench_reads", "bench.bench_startup"]
 SHORT_NAMES = {name.rsplit(".bench_", 1)[-1]: name for name in MODULES}
 
 

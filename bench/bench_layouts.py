@@ -7,6 +7,9 @@
   read and reshaped in numpy into one dict, then ``safetensors.numpy.save_file``.
 
 The note gives each side's peak resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor.
+A second line converts a GPT-2 medium-shaped checkpoint (24 layers of width 1024, about 1.4 GB) with
+``--max-shard-size 500MB`` against the same TensorFlow reading followed by huggingface_hub's
+``split_state_dict_into_shards_factory`` and one ``save_file`` a shard.
 Sides alternate; the line is the median of 3 runs. Run: ``python bench/bench_layouts.py``.
 """
 
@@ -34,7 +37,18 @@ for key in reader.get_variable_to_shape_map():
         value = reader.get_tensor(key)
         name = key[len("model/"):].replace("/", ".")
         tensors[name] = value[0] if value.ndim == 3 else value
-save_file(tensors, output)
+if len(sys.argv) > 3:  # sharded, as transformers' save_pretrained cuts it
+    import json
+    import os
+    from huggingface_hub import split_state_dict_into_shards_factory
+    split = split_state_dict_into_shards_factory(tensors, max_shard_size=sys.argv[3], filename_pattern=
+                                                 "model{suffix}.safetensors", get_storage_size=lambda t: t.nbytes)
+    for shard, names in split.filename_to_tensors.items():
+        save_file({name: tensors[name] for name in names}, os.path.join(output, shard))
+    with open(os.path.join(output, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, handle)
+else:
+    save_file(tensors, output)
 """
 
 
@@ -78,6 +92,28 @@ def run(report=print_line):
         (ours_s, ours_peak), (theirs_s, theirs_peak) = paired(ours, theirs)
         report(f"convert --map gpt2-to-hf, {size / 1e6:.0f} MB", ours_s, theirs_s,
                f"peak {ours_peak / 1e6:.0f} MB vs {theirs_peak / 1e6:.0f} MB; largest tensor {largest / 1e6:.0f} MB")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    run_sharded(report)
+
+
+def run_sharded(report=print_line):
+    directory = tempfile.mkdtemp(prefix="subsetsaver-shards-")
+    try:
+        prefix, largest = gpt2_checkpoint(directory, layers=24, width=1024)
+        size = sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory))
+        script = os.path.join(directory, "tf_convert.py")
+        with open(script, "w") as handle:
+            handle.write(TF_CONVERT)
+        os.makedirs(os.path.join(directory, "tf-shards"))
+        ours = [sys.executable, "-m", "subsetsaver", "convert", prefix, os.path.join(directory, "hf"), "--map",
+                "gpt2-to-hf", "--max-shard-size", "500MB", "--force"]
+        theirs = [sys.executable, script, prefix, os.path.join(directory, "tf-shards"), "500MB"]
+        (ours_s, ours_peak), (theirs_s, theirs_peak) = paired(ours, theirs)
+        shards = [name for name in os.listdir(os.path.join(directory, "hf")) if name.startswith("model-")]
+        report(f"convert --map gpt2-to-hf --max-shard-size 500MB, {size / 1e6:.0f} MB", ours_s, theirs_s,
+               f"{len(shards)} shards; peak {ours_peak / 1e6:.0f} MB vs {theirs_peak / 1e6:.0f} MB; largest tensor "
+               f"{largest / 1e6:.0f} MB")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -261,6 +261,23 @@ class NoSaverError(SubsetSaverError, RuntimeError):
     """MonitoredTrainingSession tried to save or restore a plan whose backend has no TensorFlow Saver."""
 
 
+class TensorFlowNeededError(SubsetSaverError, ImportError):
+    """What builds or runs graph ops (``ss.plan``, a restore into a session, the training helpers) where
+    TensorFlow is not installed. ``needed_for``: what asked for it; ``install``: the command that adds it.
+    Raised before anything is touched.
+
+    >>> str(TensorFlowNeededError('ss.plan'))
+    "ss.plan needs TensorFlow (graph mode): pip install 'subsetsaver[tf]'"
+    """
+
+    install = "pip install 'subsetsaver[tf]'"
+
+    def __init__(self, needed_for):
+        self.needed_for = needed_for
+        super().__init__(f"{needed_for} needs TensorFlow (graph mode): {self.install}")
+        self.name = "tensorflow"
+
+
 class RestoreOpsMissingError(SubsetSaverError, RuntimeError):
     """A restore needs ops that a finalized graph can no longer get."""
 

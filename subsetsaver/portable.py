@@ -32,6 +32,7 @@ from . import catalog as catalog_module
 from . import storage
 from .errors import CheckpointMismatchError, RestoreOpsMissingError
 from .formats import npz
+from .graph_mode import tensorflow
 from .planning import (
     PendingSave,
     SnapshotSession,
@@ -147,8 +148,7 @@ def prepare_npz(sel=None, graph=None) -> int:
 
     prepare_npz(ss.everything(), graph); graph.finalize()
     """
-    import tensorflow as tf
-
+    tf = tensorflow("ss.portable.prepare_npz")
     graph = graph if graph is not None else tf.compat.v1.get_default_graph()
     _, layouts = _selection(sel, graph)
     check_storable(layouts)
@@ -175,6 +175,7 @@ def save_npz(sess, path, sel=None, graph=None, *, checksum=npz.DEFAULT_CHECKSUM,
     save_npz(sess, 'model.npz', blocking=False).wait()
     # 'model.npz'
     """
+    tensorflow("ss.save_npz")
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
     check_storable(layouts)
@@ -223,6 +224,7 @@ def restore_npz(sess, path, sel=None, graph=None, strict=True) -> NpzRestoreRepo
     restore_npz(sess, 'model.npz', ss.trainable(), strict=False).unexpected
     # ('opt/beta1_power', ...)
     """
+    tensorflow("ss.restore_npz")
     graph = _graph_of(sess, graph)
     selector, layouts = _selection(sel, graph)
     check_storable(layouts)

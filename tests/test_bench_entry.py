@@ -12,7 +12,8 @@ def bench(*args):
                           timeout=120)
 
 
-CHOICES = "selectors, planner, audit, portable, long_runs, files, meta, rows, layouts, background_saves, reads"
+CHOICES = ("selectors, planner, audit, portable, long_runs, files, meta, rows, layouts, background_saves, reads, "
+           "startup")
 
 
 def test_help_prints_usage():

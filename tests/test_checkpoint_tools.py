@@ -367,6 +367,29 @@ def test_rewrite_refuses_bad_rules_before_writing(fine_tune, tmp_path, run_cli):
         rewrite(finetuned, finetuned, overwrite=True)
 
 
+
+def test_rewrite_shows_its_table_only_with_dry_run_or_verbose(tmp_path, run_cli):
+    """A rewrite that writes says what it did in one line, the number renamed among its counts; the old -> new
+    table of every tensor comes with --dry-run or -v."""
+    from subsetsaver.formats.tf import bundle as tf_bundle
+
+    os.makedirs(tmp_path / "source")
+    source = tf_bundle.write(tmp_path / "source" / "model", {"model/w": np.ones((2, 3), np.float32),
+                                                             "model/b": np.zeros(3, np.float32)})
+    table = ["old      new    shape   dtype", "-------  -----  ------  -------", "model/b  net/b  [3]     float32",
+             "model/w  net/w  [2, 3]  float32", ""]
+    quiet = run_cli("rewrite", source, "-o", tmp_path / "quiet" / "model", "--remap", "model/=net/")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    assert quiet.stdout.splitlines() == [f"wrote checkpoint {tmp_path / 'quiet' / 'model'}: 2 tensors (2 renamed, "
+                                         "0 cast, 0 dropped), 36 B; every tensor verified"]
+    verbose = run_cli("rewrite", source, "-o", tmp_path / "verbose" / "model", "--remap", "model/=net/", "-v")
+    assert verbose.stdout.splitlines() == table + [f"wrote checkpoint {tmp_path / 'verbose' / 'model'}: 2 tensors "
+                                                   "(2 renamed, 0 cast, 0 dropped), 36 B; every tensor verified"]
+    dry = run_cli("rewrite", source, "-o", tmp_path / "dry" / "model", "--remap", "model/=net/", "--dry-run")
+    assert dry.stdout.splitlines() == table + [f"dry run: {tmp_path / 'dry' / 'model'} would hold 2 tensors "
+                                               "(2 renamed, 0 cast, 0 dropped), 36 B; nothing written"]
+
+
 # -- average ------------------------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 import subsetsaver as ss
 from subsetsaver.cli import main
-from subsetsaver.cli.plan_commands import plan_command, slim_command
+from subsetsaver.cli.plan_command import plan_command
+from subsetsaver.cli.slim_command import slim_command
 from subsetsaver.planning import plan
 
 v1 = tf.compat.v1
@@ -80,7 +81,7 @@ def test_plan_check_exits_1_and_names_the_remap(files):
         "  missing: net/w, expected [4, 3] float32; nearest in the checkpoint: model/w",
         "  missing: net/b, expected [3] float32; nearest in the checkpoint: model/b",
         "the checkpoint was written by a plan with selector everything()",
-        "Pass --remap model/=net/ (the checkpoint holds 2 of the 2 missing variables under that scope).",
+        "Pass --remap model/=net/ to read each variable net/NAME from the checkpoint's model/NAME (the checkpoint holds 2 of the 2 missing variables that way).",
         "Pass --on-mismatch initialize to initialize these variables instead of restoring them.",
     ]
     assert run(plan_command, args + ["--on-mismatch", "initialize"]).exit_code == 0

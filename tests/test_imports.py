@@ -87,3 +87,38 @@ def test_a_file_command_loads_only_the_modules_that_read_its_files(tmp_path, com
     loaded = json.loads(done.stdout.splitlines()[-1])
     assert "dense/w" in done.stdout and "subsetsaver.formats.tf.bundle.reader" in loaded
     assert [name for name in loaded if name in never or name.startswith("email")] == []
+
+
+HELP_CHILD = ("import json, sys\n"
+              "from subsetsaver.cli import main\n"
+              "try:\n"
+              "    main(json.loads(sys.argv[1]))\n"
+              "except SystemExit as done:\n"
+              "    assert done.code == 0, done.code\n"
+              "print(json.dumps({name: hasattr(module, '__path__') for name, module in sys.modules.items()}))\n")
+
+
+def _loaded_by(argv) -> dict:
+    """{module: whether it is a package} of every module ``subsetsaver ARGV`` loads, run in a fresh process."""
+    done = subprocess.run([sys.executable, "-c", HELP_CHILD, json.dumps(argv)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_help_loads_nothing_that_inspecting_a_checkpoint_does_not(tmp_path):
+    """``subsetsaver --help`` and every command's ``--help`` load no module that ``subsetsaver inspect CKPT`` does not,
+    but the command line's own, click's help formatting and the package's rooms (whose names load on first use): the
+    command table names each command's module and sentence, and a command's module imports the rooms it runs
+    with as packages, or inside the command where the room loads its code eagerly."""
+    from subsetsaver.cli import COMMANDS
+    from subsetsaver.formats.tf import bundle as tf_bundle
+
+    checkpoint = tf_bundle.write(tmp_path / "model", {"dense/w": np.ones((2, 3), np.float32)})
+    inspected = _loaded_by(["inspect", checkpoint])
+    beyond = {}
+    for argv in [["--help"]] + [[command, "--help"] for command in COMMANDS]:
+        beyond[" ".join(argv)] = sorted(
+            name for name, package in _loaded_by(argv).items() if name not in inspected
+            and not name.startswith(("subsetsaver.cli.", "click.")) and not (package and name.startswith("subsetsaver.")))
+    assert beyond == {" ".join(argv): [] for argv in [["--help"]] + [[command, "--help"] for command in COMMANDS]}

@@ -192,11 +192,12 @@ def test_refusals_before_anything_is_written(trained, builders, tmp_path, run_cl
     cases = [
         (["--to", "object"], "Error: --to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
                              "model (or tf.Module, or (model, optimizer)) to write"),
-        (["--model", "tests_module:build"], "Error: --model is for --to object (a TF2 object-based checkpoint of a "
-                                            "Keras 3 model)"),
-        (["--match", "order"], "Error: --match is for --to object (a TF2 object-based checkpoint of a Keras 3 model)"),
+        (["--model", "tests_module:build"], "Error: --model is for --to object or --to keras (a Keras 3 model's "
+                                            "checkpoint or .weights.h5)"),
+        (["--match", "order"], "Error: --match is for --to object or --to keras (a Keras 3 model's checkpoint or "
+                               ".weights.h5)"),
         (["--on-mismatch", "initialize"],
-         "Error: --on-mismatch is for --to object (a TF2 object-based checkpoint of a Keras 3 model)"),
+         "Error: --on-mismatch is for --to object or --to keras (a Keras 3 model's checkpoint or .weights.h5)"),
     ]
     for flags, last in cases:
         result = run_cli("convert", trained.prefix, out, *flags)
@@ -208,7 +209,8 @@ def test_refusals_before_anything_is_written(trained, builders, tmp_path, run_cl
         "'adam' (match='name'): 8 missing, 8 unexpected")
     assert mismatch.stderr.splitlines()[-3:] == [  # advice in flags, not in Python arguments
         "no variable was changed",
-        "Pass --remap conv_1/bn/=bn/ (the checkpoint holds 4 of the 8 missing variables under that scope).",
+        "Pass --remap conv_1/bn/=bn/ to read each variable bn/NAME from the checkpoint's conv_1/bn/NAME "
+        "(the checkpoint holds 4 of the 8 missing variables that way).",
         "Pass --on-mismatch initialize to leave the unmatched variables as they are."]
     assert not out.parent.exists()
     kept = run_cli("convert", trained.prefix, out, "--to", "object", "--model", "tests_module:build",

@@ -307,7 +307,8 @@ def test_a_remap_is_suggested_when_the_names_sit_under_another_scope(trained):
         "  missing: net/dense/b, expected [2] float32",
         "  missing: net/dense/w, expected [144, 2] float32",
     ]
-    assert lines[-2] == "Pass remap={'/': 'net/'} (the checkpoint holds 2 of the 2 missing variables under that scope)."
+    assert lines[-2] == ("Pass remap={'/': 'net/'} to read each variable net/NAME from the checkpoint's NAME "
+                         "(the checkpoint holds 2 of the 2 missing variables that way).")
     assert error.value.fixes[0].value == {"/": "net/"}
     report = ss.keras.load_checkpoint(module, trained.prefix, remap={"/": "net/"})
     assert report.restored == {"net/dense/b": "dense/b", "net/dense/w": "dense/w"}
@@ -321,7 +322,8 @@ def test_a_rule_to_add_to_the_remap_is_suggested_and_works(trained):
     with pytest.raises(ss.CheckpointMismatchError) as error:
         ss.keras.load_checkpoint(keras_cnn(), trained.prefix, remap=remap)
     assert str(error.value).splitlines()[-2] == (  # the whole remap, the missing rule added: ready to paste
-        f"Pass remap={ {**remap, 'conv_1/': '/'}!r} (the checkpoint holds 4 of the 4 missing variables under that scope).")
+        f"Pass remap={ {**remap, 'conv_1/': '/'}!r} to read each variable NAME from the checkpoint's conv_1/NAME "
+        "(the checkpoint holds 4 of the 4 missing variables that way).")
     report = ss.keras.load_checkpoint(keras_cnn(), trained.prefix, remap={**remap, "conv_1/": "/"})
     assert report.restored == WEIGHTS
 

@@ -1,7 +1,8 @@
 """Kills and races against every writer, through the command line and the library.
 
 Each writer (``convert`` to a name-based bundle, to ``--to object``, to ``.npz`` and to
-``.safetensors``; ``rewrite``, ``average``, ``slim``; ``ss.save_npz``; ``plan.save``) writes OVER an
+``.safetensors``; ``convert --map`` to sharded safetensors; ``rewrite``, ``average``, ``slim``;
+``ss.save_npz``; ``plan.save``) writes OVER an
 existing output, with other values, in a child process (``tests/kill_util.py``) that is SIGKILLed:
 
 * just before each change it makes to a final name (every step of its publish, so late in
@@ -10,7 +11,8 @@ existing output, with other values, in a child process (``tests/kill_util.py``) 
   them per writer: ``SUBSETSAVER_KILL_TIMED``).
 
 After every kill the output, read with TensorFlow's reader (bundles), numpy (``.npz``) or the
-safetensors package, and with the library's reader, is either the previous or the new
+safetensors package (a sharded output through its index, as transformers reads it), and with the
+library's reader, is either the previous or the new
 checkpoint, bit for bit, never neither; a bundle's ``checkpoint`` state file names one that
 restores whole. After the next successful write the directory holds exactly what one clean
 write leaves: no temporary file. Two writers of one output at once (``SUBSETSAVER_RACE_TRIALS``
@@ -33,6 +35,7 @@ import graphs
 import numpy as np
 import pytest
 from kill_util import Zygote, read_log, wait_until_stopped
+from test_layout_maps import gpt2_checkpoint
 
 from subsetsaver.formats.tf import bundle as tf_bundle
 
@@ -61,6 +64,7 @@ class Sources:
     npz: dict         # 'old'/'new' -> .npz written by ss.save_npz
     dense: dict       # 'old'/'new' -> TF1 checkpoint of net/dense, net/out for --to object
     builder: str      # path/to/file.py:build of the Keras 3 model of `dense`
+    gpt2: dict = dataclasses.field(default_factory=dict)  # 'old'/'new' -> openai/gpt-2-named checkpoint, for --map
 
 
 KERAS_BUILDER = """
@@ -104,6 +108,8 @@ def sources(tmp_path_factory):
                                                    write_meta_graph=False)
     with open(os.path.join(root, "builders.py"), "w") as handle:
         handle.write(KERAS_BUILDER)
+    for seed, values in ((1, "old"), (2, "new")):
+        found.gpt2[values], _ = gpt2_checkpoint(os.path.join(root, f"gpt2-{values}"), seed=seed)
     return found
 
 
@@ -157,6 +163,9 @@ WRITERS = {writer.id: writer for writer in [
            lambda s, v, out: {"argv": ["convert", s.checkpoint[v], out, "--force"]}),
     Writer("convert-safetensors", "plain", "safetensors", "model.safetensors",
            lambda s, v, out: {"argv": ["convert", s.checkpoint[v], out, "--force"]}),
+    Writer("convert-map-sharded", "plain", "sharded", "model.safetensors.index.json",
+           lambda s, v, out: {"argv": ["convert", s.gpt2[v], os.path.dirname(out), "--map", "gpt2-to-hf",
+                                       "--max-shard-size", "2KB", "--force"]}),
     Writer("rewrite", "plain", "bundle", "model",
            lambda s, v, out: {"argv": ["rewrite", s.checkpoint[v], "-o", out, "--remap", "fc/=dense/", "--force"]}),
     Writer("average", "plain", "bundle", "model",  # new: the same two checkpoints, the other way round
@@ -195,6 +204,21 @@ def _safetensors_reader(path):
     return load_file(path)
 
 
+def _sharded_safetensors_reader(index_path):
+    """A sharded output as transformers reads it: the index's weight map, each shard by the safetensors package."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    with open(index_path) as handle:
+        weight_map = json.load(handle)["weight_map"]
+    arrays = {}
+    for shard in sorted(set(weight_map.values())):
+        loaded = load_file(os.path.join(os.path.dirname(index_path), shard))
+        arrays.update((name, loaded[name]) for name, where in weight_map.items() if where == shard)
+    return arrays
+
+
 def _library_reader(path):
     from subsetsaver import catalog
 
@@ -205,6 +229,7 @@ READERS = {
     "bundle": {"tensorflow": _tensorflow_reader, "subsetsaver": _library_reader},
     "npz": {"numpy": _numpy_reader, "subsetsaver": _library_reader},
     "safetensors": {"safetensors": _safetensors_reader, "subsetsaver": _library_reader},
+    "sharded": {"safetensors": _sharded_safetensors_reader, "subsetsaver": _library_reader},
 }
 
 

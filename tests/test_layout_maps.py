@@ -17,9 +17,9 @@ from subsetsaver.formats.tf import bundle as tf_bundle
 SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2"]
 
 
-def gpt2_checkpoint(directory, extra=None, layers=2, width=8):
+def gpt2_checkpoint(directory, extra=None, layers=2, width=8, seed=0):
     """openai/gpt-2's names and shapes (model/h0/attn/c_attn/w is [1, nx, 3 nx]), random values, hparams.json."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     shapes = {"model/wte": (11, width), "model/wpe": (6, width), "model/ln_f/g": (width,), "model/ln_f/b": (width,)}
     for layer in range(layers):
         h = f"model/h{layer}"

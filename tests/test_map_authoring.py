@@ -211,3 +211,19 @@ def test_split_and_concat_take_the_axis_they_name(tmp_path, axis):
     ss.convert(tmp_path / "hf", tmp_path / "back", map=save(tmp_path, joined, "join.json"))
     with tf_bundle.BundleReader(str(tmp_path / "back" / "model.ckpt")) as reader:
         assert reader.read("cube").tobytes() == CUBE.tobytes()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(["vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+                                                "hidden_act", "max_position_embeddings", "type_vocab_size", "extra"]),
+                               st.none() | st.booleans() | st.integers(-2, 10**15) | st.floats(allow_nan=True)
+                               | st.text(max_size=6) | st.lists(st.integers(), max_size=2), min_size=1, max_size=4))
+def test_crafted_configs_are_library_errors_or_convert(tmp_path, changes):
+    """A bert_config.json with random values: converted (a dry run) or one library error under 2 KB."""
+    checkpoint, _ = write_bert(tmp_path / "bert", bert_shapes(layers=1), layers=1)
+    config_path = tmp_path / "bert" / "bert_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), **changes}))
+    try:
+        ss.convert(checkpoint, tmp_path / "out", map="bert-to-hf", dry_run=True)
+    except ss.LayoutMapError as error:
+        assert len(str(error).encode()) < 2048

@@ -369,7 +369,8 @@ def test_missing_names_raise_one_error_suggesting_the_remap(tmp_path, source):
         "  missing: net/out/w, expected [3, 2] float32; nearest in the checkpoint: model/out/w",
         "  missing: net/out/b, expected [2] float32; nearest in the checkpoint: model/out/b",
         "the checkpoint was written by a plan with selector everything()",
-        "Pass remap={'model/': 'net/'} (the checkpoint holds 4 of the 4 missing variables under that scope).",
+        "Pass remap={'model/': 'net/'} to read each variable net/NAME from the checkpoint's model/NAME "
+        "(the checkpoint holds 4 of the 4 missing variables that way).",
         "Pass on_mismatch='initialize' to initialize these variables instead of restoring them.",
     ])
     assert [p.kind for p in error.value.problems] == ["missing"] * 4

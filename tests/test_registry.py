@@ -34,16 +34,17 @@ def test_formats_are_found_by_path_and_by_name(tmp_path, checkpoint):
     ss.rewrite(prefix, str(tmp_path / "m.npz"))
     assert [registry.format_of(p).name for p in (prefix, str(tmp_path), str(tmp_path / "m.npz"))] == [
         "name", "name", "npz"]
-    assert [registry.for_output(p).name for p in ("a/m.npz", "a/m.safetensors", "a/m")] == ["npz", "safetensors",
-                                                                                           "name"]
+    assert [registry.for_output(p).name for p in ("a/m.npz", "a/m.safetensors", "a/m.weights.h5", "a/m")] == [
+        "npz", "safetensors", "keras", "name"]
     with pytest.raises(ss.UnknownFormatError) as error:
         registry.named("hdf5")
-    assert str(error.value) == "unknown format 'hdf5'; the formats are name, npz, object, safetensors"
+    assert str(error.value) == ("unknown format 'hdf5'; the formats are keras, name, npz, object, safetensors, "
+                                "safetensors-sharded")
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(ss.UnknownFormatError) as error:
         registry.format_of(str(tmp_path / "notes.txt"))
-    assert str(error.value) == (f"'{tmp_path}/notes.txt' is not a checkpoint subsetsaver reads (the formats: name, "
-                                "npz, object, safetensors)")
+    assert str(error.value) == (f"'{tmp_path}/notes.txt' is not a checkpoint subsetsaver reads (the formats: keras, "
+                                "name, npz, object, safetensors, safetensors-sharded)")
     with pytest.raises(ss.CheckpointNotFoundError) as error:
         registry.format_of(str(tmp_path / "gone.npz"))
     assert str(error.value) == f"no portable .npz checkpoint at '{tmp_path}/gone.npz'"
@@ -81,7 +82,7 @@ def test_an_unknown_format_name_on_the_command_line_lists_the_formats(tmp_path, 
     refused = run_cli("convert", prefix, str(tmp_path / "out"), "--to", "hdf5")
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[-1] == ("Error: Invalid value for '--to': 'hdf5' is not a format; the formats "
-                                               "are name, npz, object, safetensors")
+                                               "are keras, name, npz, object, safetensors, safetensors-sharded")
 
 
 class DeclaringToy(toy_format.ToyFormat):

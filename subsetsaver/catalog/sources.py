@@ -21,6 +21,7 @@ import weakref
 from .. import storage, tf_internals
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..formats.tf import declared_sizes
+from ..graph_mode import tensorflow
 from . import keras_source, meta_source
 from .checkpoints import file_catalog
 from .dataflow import no_garbage_collection
@@ -52,16 +53,15 @@ def load(source=None, *, live=False) -> Catalog:
         if path.endswith(".meta"):
             return _meta_catalog(path) if live else _meta_file_catalog(path)
         return file_catalog(path)
-    import tensorflow as tf
-
-    if source is None:
-        source = tf.compat.v1.get_default_graph()
-    if isinstance(source, tf.Graph):
-        return _graph_catalog(source)
     if keras_source.is_keras_model(source):
         return keras_source.load(source)
     if isinstance(source, tuple) and len(source) == 2 and keras_source.is_keras_model(source[0]):
         return keras_source.load(*source)  # (model, optimizer)
+    tf = tensorflow("reading the variables of a tf.Graph")
+    if source is None:
+        source = tf.compat.v1.get_default_graph()
+    if isinstance(source, tf.Graph):
+        return _graph_catalog(source)
     raise TypeError(
         f"cannot read variables from a {type(source).__name__}; "
         "pass a tf.Graph, a .meta file, a checkpoint or a Keras model"
@@ -177,12 +177,13 @@ def _meta_file_catalog(path) -> Catalog:
     if not data:
         raise CorruptCheckpointError(f"'{path}' is empty (0 bytes), not a MetaGraph file; {_PASS_A_META_FILE}")
     if meta_source.is_text_format(data):
+        tensorflow("reading a text-format MetaGraph file")
         return _meta_catalog(path)
     return meta_source.meta_catalog(path, data)
 
 
 def _meta_catalog(path) -> Catalog:
-    import tensorflow as tf
+    tf = tensorflow("importing a MetaGraph file into a tf.Graph")
 
     if not tf.io.gfile.exists(path):
         raise CheckpointNotFoundError(f"no MetaGraph file at '{path}'")

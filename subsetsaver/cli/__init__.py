@@ -22,19 +22,20 @@ from .quiet import quiet
 __all__ = ["cli", "main"]
 
 COMMANDS = {
-    "inspect": ("catalog_commands", "inspect_command"),
-    "select": ("catalog_commands", "select_command"),
-    "plan": ("plan_commands", "plan_command"),
-    "audit": ("audit_command", "audit_command"),
-    "draw": ("draw_command", "draw_command"),
-    "slim": ("plan_commands", "slim_command"),
-    "convert": ("convert_command", "convert_command"),
-    "rewrite": ("tool_commands", "rewrite_command"),
-    "diff": ("tool_commands", "diff_command"),
-    "average": ("tool_commands", "average_command"),
+    "audit": ("audit_command", "List what saving a selection from a graph forgets."),
+    "average": ("average_command", "Write the mean of the float tensors of several checkpoints."),
+    "convert": ("convert_command", "Write a checkpoint in another format or library's layout."),
+    "diff": ("diff_command", "Compare two checkpoints tensor by tensor."),
+    "draw": ("draw_command", "Draw the variable sets, or the scope tree of a plan."),
+    "inspect": ("inspect_command", "List the tensors of a checkpoint, with bytes and totals."),
+    "plan": ("plan_command", "Show what a selection saves and initializes, and its sizes."),
+    "rewrite": ("rewrite_command", "Write a checkpoint with tensors renamed, dropped or cast."),
+    "select": ("select_command", "List the variables a selector chooses."),
+    "slim": ("slim_command", "Write a checkpoint with only the tensors a selector keeps."),
 }
-"""Each command and the module of this package that defines it: a module loads, with the rooms it
-uses, only when its command runs or its help is shown (``inspect`` never loads planning or Keras)."""
+"""Each command: the module of this package that defines it (as a function of the module's own name), and the
+sentence ``subsetsaver --help`` lists it with. A module loads, with the rooms it uses, only when its command runs
+or shows its own help, so ``--help`` loads none and ``inspect`` never loads planning or Keras."""
 
 
 class CommandTable(click.Group):
@@ -46,8 +47,13 @@ class CommandTable(click.Group):
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        module, attribute = COMMANDS[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+        module, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f".{module}", __name__), module)
+
+    def format_commands(self, ctx, formatter):
+        """The commands and their sentences from ``COMMANDS``, without loading a command's module."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])
 
 
 @click.group(cls=CommandTable, context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,9 +13,7 @@ import sys
 
 import click
 
-from .. import catalog
-from ..audit import audit
-from ..selectors import parse
+from .. import catalog, selectors
 from .output import echo_json, meta_graph_path
 
 EXIT_ERRORS_FOUND = 1
@@ -28,9 +26,11 @@ EXIT_ERRORS_FOUND = 1
               help="Op or tensor that inference runs (repeatable); default: every op that computes with a variable.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a list.")
 def audit_command(graph, expression, fetches, as_json):
-    """List what saving EXPR from the graph forgets; exit 1 if anything is an error."""
+    """List what saving EXPR from the graph forgets; exit 1 if anything is an error. For MODEL.meta,
+    gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
+    from ..audit import audit  # the audit, and the graph reading it needs, load only to audit
 
-    selector = parse(expression)
+    selector = selectors.parse(expression)
     cat = catalog.load(graph)
     if not cat.traceable:
         raise click.UsageError(f"--graph needs a MetaGraph file (.meta), got '{graph}'")

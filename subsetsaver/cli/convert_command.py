@@ -5,11 +5,9 @@ a TF1 checkpoint into a TF2 object-based one (``--to object``), through the Kera
 
 import click
 
-from .. import catalog, keras, layouts
-from ..formats import registry
+from .. import catalog, keras, layouts, tools
 from ..selectors import format_bytes
-from ..tools import convert
-from .options import FORMAT_NAME, parse_remap
+from .options import FORMAT_NAME, KnownName, format_noun, parse_remap
 from .output import echo_json
 
 
@@ -23,10 +21,11 @@ from .output import echo_json
                    "extension; a path without .npz or .safetensors is a TensorFlow checkpoint prefix, 'name'); "
                    "'object': a TF2 object-based checkpoint of --model.")
 @click.option("--model", "model", metavar="MODULE:FUNCTION",
-              help="With --to object: a function of no arguments (in a module, or a path/to/file.py) that "
-                   "returns the built Keras 3 model or tf.Module to load SOURCE into, or (model, optimizer).")
-@click.option("--match", "match", type=click.Choice(keras.MATCHES),
-              help="With --to object: pair the model's weights with SOURCE's by the object graph's paths where "
+              help="With --to object or --to keras: a function of no arguments (in a module, or a path/to/file.py) "
+                   "that returns the built Keras 3 model (or tf.Module, --to object) to load SOURCE into, or (model, "
+                   "optimizer); with --to keras also a name such as keras.applications.EfficientNetB0.")
+@click.option("--match", "match", type=KnownName("way to match", "ways", lambda: keras.MATCHES), metavar="HOW",
+              help="With --to object or --to keras: pair the model's weights with SOURCE's by the object graph's paths where "
                    "SOURCE has them, then by name ('auto', the default), by name alone (with --remap OLD=NEW from "
                    "the checkpoint's names to the model's) or by creation order.")
 @click.option("--on-mismatch", type=click.Choice(["error", "initialize"]),
@@ -38,11 +37,14 @@ from .output import echo_json
 @click.option("--remap", "remap", multiple=True, metavar="OLD=NEW",
               help="Write tensor or scope OLD as NEW, e.g. model/=net/ (repeatable).")
 @click.option("--map", "layout_map", metavar="NAME",
-              help="Write OUTPUT (a directory) in another library's layout by a layout map: "
-                   + ", ".join(layouts.shipped_maps()) + ", or a map file's path.")
+              help="Write OUTPUT (a directory) in another library's layout by a layout map: a shipped map's name "
+                   "such as bert-to-hf or hf-to-bert (a name that is not one lists them all), or a map file's path.")
 @click.option("--config", "config", metavar="FILE",
               help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
                    "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
+@click.option("--max-shard-size", "max_shard_size", metavar="SIZE",
+              help="With --map to Hugging Face's layout: shard the weights past SIZE (1GB, 500MB, 2GiB) as "
+                   "save_pretrained does, with model.safetensors.index.json (default: 50GB, as save_pretrained).")
 @click.option("--labels", "labels", metavar="FILE",
               help="With --map: a classifier's labels, one a line, written as id2label and label2id.")
 @click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape, "
@@ -50,13 +52,15 @@ from .output import echo_json
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
 def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
-                    labels, dry_run, force, as_json):
+                    max_shard_size, labels, dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
     graph names its variables: full names, TF1 slot names, global_step, Adam's beta powers.
     --to object loads SOURCE (TF1 or tf.keras) into the Keras 3 model that --model builds and
     writes it with tf.train.Checkpoint (with TensorFlow), read back and checked bit-exact.
+    --to keras --model writes Keras 3's own OUTPUT.weights.h5 of that model (any backend, no TensorFlow).
+    For SOURCE and OUTPUT, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     \b
       subsetsaver convert train/model-9000 model.safetensors --keep "trainable() | bn_stats()"
@@ -64,6 +68,7 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
       subsetsaver convert model.npz serve/model
       subsetsaver convert keras/weights tf1/model --to name --keep "~slots()"
       subsetsaver convert train/model-9000 tf2/ckpt --to object --model models.py:build --remap conv_1/=conv/
+      subsetsaver convert train/model-9000 net.weights.h5 --to keras --model keras.applications.EfficientNetB0
       subsetsaver convert uncased_L-12_H-768_A-12/bert_model.ckpt bert-hf --map bert-to-hf
     """
     if layout_map is not None:
@@ -71,10 +76,11 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
                             ("--on-mismatch", on_mismatch), ("--remap", remap or None)):
             if given is not None:
                 raise click.UsageError(f"{flag} does not go with --map: the map says what is kept and renamed")
-        _with_map(source, output, layout_map, config=config, labels=labels, dry_run=dry_run, force=force,
-                  as_json=as_json)
+        _with_map(source, output, layout_map, config=config, labels=labels, max_shard_size=max_shard_size,
+                  dry_run=dry_run, force=force, as_json=as_json)
         return
-    for flag, given in (("--config", config), ("--labels", labels), ("--dry-run", dry_run or None)):
+    for flag, given in (("--config", config), ("--labels", labels), ("--max-shard-size", max_shard_size),
+                        ("--dry-run", dry_run or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
     if to == "object":
@@ -84,12 +90,19 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
         _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "auto",
                    on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer)
         return
+    if to == "keras" and model is not None:
+        for flag, given in (("--keep", keep), ("--on-mismatch", on_mismatch), ("--no-optimizer", no_optimizer or None)):
+            if given is not None:
+                raise click.UsageError(f"{flag} does not go with --to keras --model: every weight of the model is filled")
+        _to_keras(source, output, model, remap=parse_remap(remap), match=match or "auto", force=force, as_json=as_json)
+        return
     for flag, given in (("--model", model), ("--match", match), ("--on-mismatch", on_mismatch),
                         ("--no-optimizer", no_optimizer or None)):
         if given is not None:
-            raise click.UsageError(f"{flag} is for --to object (a TF2 object-based checkpoint of a Keras 3 model)")
-    report = convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
-    kind = registry.named(report.output_format).noun
+            raise click.UsageError(f"{flag} is for --to object or --to keras (a Keras 3 model's checkpoint or "
+                                   ".weights.h5)")
+    report = tools.convert.convert(source, output, keep=keep, to=to, remap=parse_remap(remap), overwrite=force)
+    kind = format_noun(report.output_format)
     if as_json:
         echo_json({"source": report.source, "output": report.output, "kind": kind, "format": report.output_format,
                    "source_format": report.source_format, "source_kind": report.source_kind,
@@ -118,7 +131,7 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:
-        echo_json({"source": report.source, "output": report.output, "kind": registry.OBJECT.noun,
+        echo_json({"source": report.source, "output": report.output, "kind": format_noun("object"),
                    "format": "object", "source_format": catalog.file_format(report.source),
                    "source_kind": catalog.checkpoint_kind(report.source), "model": report.builder,
                    "tensors": report.tensors, "bytes": report.nbytes, "match": load.match,
@@ -127,7 +140,7 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
                    "optimizer_initialized": list(load.optimizer_initialized), "unused": list(load.unused),
                    "verified": list(report.verified)})
         return
-    click.echo(f"wrote {registry.OBJECT.noun} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
+    click.echo(f"wrote {format_noun('object')} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
                f"(from {report.source}, through {report.builder})")
     weights = len(load.restored) + len(load.initialized)
     loaded = f"loaded {len(load.restored)} of {weights} weights"
@@ -143,9 +156,26 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
         click.echo(f"not read: {', '.join(load.unused)}")
 
 
-def _with_map(source, output, layout_map, *, config, labels, dry_run, force, as_json):
-    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels, dry_run=dry_run,
-                             overwrite=force)
+def _to_keras(source, output, model, *, remap, match, force, as_json):
+    report = keras.convert_weights(source, output, model, remap=remap, match=match, overwrite=force)
+    load = report.load
+    if as_json:
+        echo_json({"source": report.source, "output": report.output, "kind": format_noun("keras"),
+                   "format": "keras", "model": report.builder, "tensors": report.tensors, "bytes": report.nbytes,
+                   "match": load.match, "restored": dict(load.restored), "unused": list(load.unused),
+                   "verified": list(report.verified)})
+        return
+    click.echo(f"wrote {format_noun('keras')} {report.output}: {report.tensors} tensors, "
+               f"{format_bytes(report.nbytes)} (from {report.source}, through {report.builder}); all "
+               f"{len(report.verified)} weights read back bit-exact")
+    if load.unused:
+        click.echo(f"not read: {len(load.unused)} tensors ({', '.join(load.unused[:3])}"
+                   + (" ...)" if len(load.unused) > 3 else ")"))
+
+
+def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry_run, force, as_json):
+    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels,
+                             max_shard_size=max_shard_size, dry_run=dry_run, overwrite=force)
     coverage = (f"coverage: {report.expected} tensors the config implies, {report.expected} found, 0 missing, "
                 f"0 extra; heads: {', '.join(report.heads) or 'none'}"
                 + (f"; loads as {report.architecture}" if report.architecture else ""))

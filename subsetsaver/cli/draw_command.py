@@ -13,10 +13,8 @@ import warnings
 
 import click
 
-from ..draw import dot_source_path, draw_plan, draw_sets
+from .. import planning, selectors
 from ..errors import SubsetSaverWarning
-from ..planning import plan_preview
-from ..selectors import parse
 from .output import load_source, meta_graph_path, prepare_output
 
 DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slots", "slots()"))
@@ -33,7 +31,11 @@ DEFAULT_SETS = (("trainable", "trainable()"), ("bn_stats", "bn_stats()"), ("slot
               help="Picture to write: .png, .svg, .pdf (and .dot/.gv for --tree).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 def draw_command(graph, checkpoint, save, set_options, tree, output, force):
-    """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate."""
+    """Draw the variable sets (area follows bytes) or, with --tree, the scope tree by fate. For CKPT
+    and MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
+    # the drawing code, and what it draws with, load only to draw
+    from ..draw import dot_source_path, draw_plan, draw_sets
+
     prepare_output(output, force=force)
     extension = os.path.splitext(output)[1].lower()
     if extension in (".dot", ".gv"):
@@ -43,7 +45,7 @@ def draw_command(graph, checkpoint, save, set_options, tree, output, force):
     if tree and set_options:
         raise click.UsageError("--set draws the sets diagram; --tree (or a .dot file) draws the scope tree: pick one")
     cat = load_source(graph, checkpoint)
-    saved = parse(save) if save is not None else None
+    saved = selectors.parse(save) if save is not None else None
 
     if tree:
         if saved is None:
@@ -65,7 +67,7 @@ def draw_command(graph, checkpoint, save, set_options, tree, output, force):
         label, separator, expression = option.partition("=")
         if not separator or not label.strip() or not expression.strip():
             raise click.BadParameter(f"expected LABEL=EXPR, got '{option}'", param_hint="--set")
-        sets[label.strip()] = parse(expression)
+        sets[label.strip()] = selectors.parse(expression)
     written = draw_sets(sets, output, saved=saved, graph=cat)
     click.echo(f"wrote {written}")
 
@@ -74,7 +76,7 @@ def _plan(saved, cat):
     """(plan, findings): the plan of a graph (its preview: no TensorFlow needed), which draw_plan
     audits; for a checkpoint (no graph to plan or audit) a stand-in with the same names and no findings."""
     if cat.traceable:
-        return plan_preview(saved, cat), None
+        return planning.plan_preview(saved, cat), None
     saved_names = tuple(saved.names(cat))
     chosen = set(saved_names)
     stand_in = types.SimpleNamespace(saved_names=saved_names, catalog=cat,

@@ -8,8 +8,6 @@ Example::
 
 import click
 
-from ..formats import registry
-
 
 def parse_remap(pairs):
     """``('OLD=NEW', ...)`` of repeated ``--remap`` flags -> ``{OLD: NEW}`` (None when there are none)."""
@@ -23,16 +21,30 @@ def parse_remap(pairs):
     return remap or None
 
 
-class FormatName(click.ParamType):
-    """A checkpoint format's name, checked against the registry when the command runs (so a format
-    registered after import is accepted too)."""
+class KnownName(click.ParamType):
+    """One of the names ``known()`` gives, asked when the command runs rather than when it is defined: the
+    room that knows them loads only then (a command's ``--help`` loads none), and a format registered after
+    import is accepted too. ``name``/``plural``: what one and several are called; the flag's help lists them."""
 
-    name = "format"
+    def __init__(self, name, plural, known):
+        self.name, self.plural, self.known = name, plural, known
 
     def convert(self, value, param, ctx):
-        if value in registry.names():
+        known = self.known()
+        if value in known:
             return value
-        self.fail(f"{value!r} is not a format; the formats are {', '.join(sorted(registry.names()))}", param, ctx)
+        self.fail(f"{value!r} is not a {self.name}; the {self.plural} are {', '.join(sorted(known))}", param, ctx)
 
 
-FORMAT_NAME = FormatName()
+def _formats():
+    from ..formats import registry
+
+    return registry
+
+
+FORMAT_NAME = KnownName("format", "formats", lambda: _formats().names())
+
+
+def format_noun(name) -> str:
+    """What a checkpoint of the format ``name`` is called in a sentence (``'portable .npz'``)."""
+    return _formats().named(name).noun

@@ -10,6 +10,7 @@ Files are opened, listed, written and renamed only through :mod:`subsetsaver.sto
 - ``npz``: the portable ``.npz`` checkpoint format and the state file of its directories.
 - ``safetensors``: safetensors files, for PyTorch and JAX, read and written by the project's
   own streaming code.
+- ``keras_h5``: Keras 3's own ``.weights.h5`` (through h5py, imported on first use).
 - ``wire``: what formats share at the wire level: CRC32C, the protocol-buffer wire format.
 - ``memory``: aligned and recycled buffers for the tensors read and written.
 - ``checkpoint_writer``: the one writer every writing command uses (checks the output, takes
@@ -31,5 +32,5 @@ Example::
     npz.write_state('/ckpt/checkpoint_npz.json', 'model-5.npz', ['model-5.npz'])
 """
 
-__all__ = ["checkpoint_writer", "format_protocol", "memory", "npz", "progress", "publish", "registry", "safetensors",
-           "subset_manifest", "tf", "wire"]
+__all__ = ["checkpoint_writer", "format_protocol", "keras_h5", "memory", "npz", "progress", "publish", "registry",
+           "safetensors", "subset_manifest", "tf", "wire"]

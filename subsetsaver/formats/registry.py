@@ -18,12 +18,13 @@ import os
 
 from .. import storage
 from ..errors import CheckpointNotFoundError, UnknownFormatError
+from .keras_h5 import KERAS_H5
 from .npz import NPZ
-from .safetensors import SAFETENSORS
+from .safetensors import SAFETENSORS, SHARDED_SAFETENSORS
 from .tf import NAME, OBJECT, checkpoint_prefix
 
 # In the order a path is tried: formats known by their file's name first, the TensorFlow bundles last.
-FORMATS = [NPZ, SAFETENSORS, OBJECT, NAME]
+FORMATS = [NPZ, SAFETENSORS, SHARDED_SAFETENSORS, KERAS_H5, OBJECT, NAME]
 
 
 def register(checkpoint_format) -> None:

@@ -1,5 +1,6 @@
 """What the Keras tools share: the optimizer a model was compiled with, the built-model check, the
-``tf.distribute`` scope the variables belong to, and a variable's value as numpy.
+``tf.distribute`` scope the variables belong to, a variable's value as numpy, and whether an object is a
+``tf.Module`` (TensorFlow is never imported here for it: Keras on torch or jax runs without it).
 
 Example::
 
@@ -10,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from .. import tf_internals
 
@@ -20,6 +22,12 @@ def compiled_optimizer(model, optimizer):
         return optimizer
     compiled = getattr(model, "optimizer", None)
     return compiled if compiled is not None and hasattr(compiled, "variables") else None
+
+
+def is_tf_module(model) -> bool:
+    """Whether ``model`` is a ``tf.Module`` (without importing TensorFlow: none exists before it is imported)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(model, tf.Module)
 
 
 def require_built(model):
@@ -40,7 +48,10 @@ def value(variable):
 
 
 def strategy_scope(model):
-    """The scope of the tf.distribute strategy the model's variables belong to, unless already in one."""
+    """The scope of the tf.distribute strategy the model's variables belong to, unless already in one (none
+    without TensorFlow: Keras on the torch or jax backend)."""
+    if sys.modules.get("tensorflow") is None:
+        return contextlib.nullcontext()
     import tensorflow as tf
 
     strategy = tf_internals.distribute_strategy_of(model.variables[0])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -36,10 +37,13 @@ from .. import catalog as catalog_module
 from ..errors import CorruptCheckpointError
 from ..formats import checkpoint_writer, registry
 from ..formats.tf import bundle, checkpoint_state
+from ..graph_mode import tensorflow
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_path
+from .common import is_tf_module
 from .load import MATCHES, CheckpointLoadReport, load_checkpoint
 
+APPLICATIONS = "keras.applications."
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FORM = ("name a module (my_models, pkg.models) or a file (path/to/models.py), a colon and a function "
          "of no arguments, e.g. my_models:build")
@@ -82,12 +86,13 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     """
     if match not in MATCHES:  # refused before the builder imports TensorFlow
         raise ValueError(f"match={match!r} is not one of {', '.join(repr(m) for m in MATCHES)}")
+    tensorflow("writing a TF2 object-based checkpoint (convert --to object)")
     source = checkpoint_path(checkpoint)
     catalog_module.file_catalog(source)  # a missing or unreadable source is refused first
     output = os.fspath(output)
     checkpoint_writer.check_output(output, registry.OBJECT, sources=[source], overwrite=overwrite)
     keep = as_selector(keep, "keep")
-    builder, label = (import_builder(build), build) if isinstance(build, str) else (build, _label(build))
+    builder, label = (import_builder(build), build) if isinstance(build, str) else (build, label_of(build))
     model, built_optimizer = built_model(builder, label)
     optimizer = built_optimizer if optimizer else None
     report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
@@ -104,12 +109,16 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
 def import_builder(text):
     """The function ``'MODULE:FUNCTION'`` names: ``MODULE`` is an importable module (the current
     directory is on the search path while it is imported, as with ``python -m``) or a
-    ``path/to/file.py`` (its directory is searched first while it is imported). Every problem is one ValueError or TypeError that
-    names ``text``.
+    ``path/to/file.py`` (its directory is searched first while it is imported); or a Keras 3 application,
+    ``'keras.applications.EfficientNetB0'``, built with ``weights=None`` (its other arguments as Keras
+    sets them: write a function for another input size, ``alpha`` or class count). Every problem is
+    one ValueError or TypeError that names ``text``.
 
     import_builder('models.py:build').__name__
     # 'build'
     """
+    if text.startswith(APPLICATIONS) and ":" not in text:
+        return _application(text)
     module_text, colon, function = text.rpartition(":")
     is_file = module_text.endswith(".py")
     if not colon or not module_text or not function.isidentifier() or not (is_file or _DOTTED.match(module_text)):
@@ -137,14 +146,13 @@ def built_model(builder, label) -> tuple:
     model, optimizer = built_model(lambda: (model, keras.optimizers.Adam()), 'models:build')
     """
     import keras
-    import tensorflow as tf
 
     try:
         result = builder()
     except Exception as error:
         raise ValueError(f"model builder '{label}' raised {type(error).__name__}: {_first_line(error)}") from error
     model, optimizer = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
-    is_model = catalog_module.is_keras_model(model) or isinstance(model, tf.Module)
+    is_model = catalog_module.is_keras_model(model) or is_tf_module(model)
     if not is_model or not (optimizer is None or isinstance(optimizer, keras.optimizers.Optimizer)):
         what = (f"a tuple of {type(model).__name__} and {type(optimizer).__name__}" if isinstance(result, tuple)
                 else f"a {type(result).__name__}")
@@ -156,7 +164,8 @@ def built_model(builder, label) -> tuple:
 # ---------------------------------------------------------------------------------
 
 
-def _label(build) -> str:
+def label_of(build) -> str:
+    """``MODULE:QUALNAME`` of a builder function, for messages."""
     if not callable(build):
         raise TypeError(f"build is a function or its 'MODULE:FUNCTION' text, got {type(build).__name__}")
     return f"{getattr(build, '__module__', '?')}:{getattr(build, '__qualname__', type(build).__name__)}"
@@ -165,6 +174,22 @@ def _label(build) -> str:
 def _first_line(error) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else "(no message)"
+
+
+def _application(text):
+    """The Keras 3 application ``text`` names (``keras.applications.MobileNetV2``), as a function of no
+    arguments that builds it without downloading weights."""
+    import keras
+
+    found = keras
+    for part in text.split(".")[1:]:
+        found = getattr(found, part, None) if part.isidentifier() else None
+        if found is None:
+            raise ValueError(f"model builder '{text}': keras.applications has no '{text[len(APPLICATIONS):]}' "
+                             "(e.g. keras.applications.EfficientNetB0)")
+    if not callable(found):
+        raise TypeError(f"model builder '{text}' is not a function (it is {type(found).__name__})")
+    return functools.partial(found, weights=None)
 
 
 def _import_module(text, name):
@@ -229,7 +254,7 @@ def _verify(source, written, report, output) -> tuple:
     got_values = catalog_module.read_tensors(written, [name for name, _ in pairs])
     expected_values = catalog_module.read_tensors(source, [key for _, key in pairs])
     for (name, got), (key, expected) in zip(got_values, expected_values):
-        why = _difference(got, expected, counter=name == step)
+        why = difference(got, expected, counter=name == step)
         if why:
             raise CorruptCheckpointError(f"checkpoint '{output}' does not hold what was loaded from '{source}': "
                                          f"'{name}' {why} '{key}'")
@@ -237,7 +262,7 @@ def _verify(source, written, report, output) -> tuple:
     return out, tuple(name for name, _ in pairs)
 
 
-def _difference(got, expected, counter=False) -> str:
+def difference(got, expected, counter=False) -> str:
     """Why ``got`` is not ``expected`` byte for byte ('' when it is); an iteration counter compares
     by value (an int32 step fills Keras's int64 counter)."""
     if counter and got.shape == expected.shape == () and np.issubdtype(got.dtype, np.integer) \

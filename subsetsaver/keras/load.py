@@ -23,7 +23,7 @@ import dataclasses
 
 from ..catalog import read_tensors
 from ..errors import Blank, CheckpointMismatchError, Fix
-from ..planning import ON_MISMATCH
+from ..planning import ON_MISMATCH, remap_in_words
 from ..selectors import as_selector
 from .checkpoint_side import checkpoint_view
 from .common import strategy_scope
@@ -132,9 +132,13 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
             targets[key].append(weights.variables[name])
         for path, key in optimizer_pairs.items():
             targets[key].append(state.variables[path])
-        _check_every_value(view.path, needed)
+        narrowed = {key: weights.spec(name)[1] for name, key in loading.items()
+                    if view.contents[key][1] != weights.spec(name)[1]}  # tf_keras's wider dtypes (legacy_names)
+        _check_every_value(view.path, needed, narrowed)
         iterations = None
         for key, array in read_tensors(view.path, needed):  # read again (and checked again), assigned at once
+            if key in narrowed:
+                array = array.astype(narrowed[key])
             for variable in targets[key]:
                 variable.assign(array)
             if key == step:
@@ -144,14 +148,18 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
     return _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match)
 
 
-def _check_every_value(path, names) -> None:
+def _check_every_value(path, names, narrowed) -> None:
     """Read each of ``names`` of checkpoint ``path`` (the reader checks it against its checksum) and drop
     it: the first pass of a load, so that a damaged tensor anywhere stops the load before any variable
-    changes, with one tensor in memory at a time.
+    changes, with one tensor in memory at a time. A value to be read into a narrower dtype (``narrowed``:
+    name -> dtype) must keep its value there.
 
-    _check_every_value('train/model-3', ['conv_1/w', 'global_step'])
+    _check_every_value('train/model-3', ['conv_1/w', 'global_step'], {})
     """
-    for _, array in read_tensors(path, names):
+    for key, array in read_tensors(path, names):
+        if key in narrowed and not (array.astype(narrowed[key]) == array).all():
+            raise CheckpointMismatchError(f"checkpoint '{path}': '{key}' holds {array.dtype} values that the model's "
+                                          f"{narrowed[key]} cannot hold; no variable was changed", path=path)
         del array  # held no longer than its check
 
 
@@ -192,8 +200,8 @@ def _mismatch(weights, state, view, pairing, findings, match, remap) -> tuple:
     if pairing.remap:
         missing = sum(1 for f in pairing.findings if f.kind == "missing")
         fixes.append(Fix("remap", {**(remap or {}), **pairing.remap},
-                         f"(the checkpoint holds {pairing.resolves} of the {missing} missing "
-                         f"variable{'s' if missing > 1 else ''} under that scope)"))
+                         f"{remap_in_words(pairing.remap)} (the checkpoint holds {pairing.resolves} of the "
+                         f"{missing} missing variable{'s' if missing > 1 else ''} that way)"))
     if any(f.kind == "dtype" for f in findings):
         lines.append("a dtype is never cast: build the model with the checkpoint's dtypes (dtype= on the layers), "
                      "or write a cast copy first (`subsetsaver rewrite CKPT -o OUT --cast EXPR=DTYPE`, or "

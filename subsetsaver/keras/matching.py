@@ -8,7 +8,8 @@ Three ways to pair a model's weights with a checkpoint's:
   the weight's attribute), as TensorFlow 2 restores; what has no such path is paired by name;
 
 * by name (:func:`match_by_name`): a weight reads the tensor of its own name (``conv/kernel``),
-  or the one ``remap`` rules (``{checkpoint scope or name: model scope or name}``, the
+  or of its tf_keras name where the checkpoint holds only that (``dw/depthwise_kernel``:
+  :func:`with_legacy_names`), or the one ``remap`` rules (``{checkpoint scope or name: model scope or name}``, the
   planner's rules: :func:`subsetsaver.planning.checkpoint_names`) send it to;
 * by order (:func:`match_by_order`): the Nth weight of ``model.weights`` reads the Nth
   weight of the checkpoint in its graph's creation order (:func:`checkpoint_order`).
@@ -36,6 +37,7 @@ from .. import storage
 from ..errors import RemapRuleError
 from ..planning import Problem, checkpoint_names, compare_contents, suggest_remap
 from .checkpoint_side import slot_kind
+from .legacy_names import legacy_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +75,8 @@ def match_by_name(weights, view, chosen, remap) -> Pairing:
     """Pair each of ``chosen`` (model weight names) with its checkpoint name under ``remap``."""
     names = list(weights.variables)
     _check_rules_used(names, remap, weights.label)
-    keys = checkpoint_names(names, remap)
-    expected = [(name, keys[name], *weights.spec(name)) for name in chosen]
+    keys = with_legacy_names(checkpoint_names(names, remap), weights, view)
+    expected = [expected_spec(weights, view, name, keys[name]) for name in chosen]
     findings = [Finding(problem) for problem in compare_contents(expected, view.contents)]
     read = set(keys.values())
     unmatched = [name for name in view.weights if name not in read]
@@ -94,18 +96,42 @@ def match_by_object_path(model, weights, view, chosen, remap) -> Pairing:
     paths = object_paths(model) if by_path else {}
     found = {}
     for name, variable in weights.variables.items():
-        key = by_path.get(paths.get(id(variable)))
+        path = paths.get(id(variable))
+        key = by_path.get(path)
+        if key is None and path is not None and name in weights.legacy:
+            key = by_path.get(legacy_key(path, weights.legacy[name]))
         if key is not None:
             found[name] = key
     if not found or (remap and any(name in found for name in chosen)):
         return match_by_name(weights, view, chosen, remap)  # remap rules speak of names
     rest = {name: weights.variables[name] for name in weights.variables if name not in found}
-    keys = {**checkpoint_names(list(rest), remap), **found}
-    expected = [(name, keys[name], *weights.spec(name)) for name in chosen]
+    keys = {**with_legacy_names(checkpoint_names(list(rest), remap), weights, view), **found}
+    expected = [expected_spec(weights, view, name, keys[name]) for name in chosen]
     findings = [Finding(problem) for problem in compare_contents(expected, view.contents)]
     read = set(keys.values())
     findings += [_unexpected(view, name, "no model variable reads it") for name in view.weights if name not in read]
     return Pairing(keys, findings, by_object_path=True)
+
+
+def with_legacy_names(keys, weights, view) -> dict:
+    """``keys`` (model name -> checkpoint name), each weight the checkpoint lacks under that name read under
+    its tf_keras name instead where the checkpoint holds that (:mod:`.legacy_names`)."""
+    found = dict(keys)
+    for name, leaf in weights.legacy.items():
+        key = keys.get(name)
+        if key is not None and key not in view.contents and legacy_key(key, leaf) in view.contents:
+            found[name] = legacy_key(key, leaf)
+    return found
+
+
+def expected_spec(weights, view, name, key) -> tuple:
+    """``(name, key, shape, dtype)`` that checkpoint tensor ``key`` must have for weight ``name``: the weight's
+    own, or tf_keras's wider dtype for a weight Keras 3 keeps narrower, where the checkpoint holds that."""
+    shape, dtype = weights.spec(name)
+    found = view.contents.get(key)
+    if found is not None and weights.retyped.get(name) == found[1]:
+        dtype = found[1]
+    return name, key, shape, dtype
 
 
 def object_paths(model) -> dict:

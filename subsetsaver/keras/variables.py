@@ -32,7 +32,8 @@ from ..catalog import (
     read_keras,
     value_bytes,
 )
-from .common import require_built
+from .common import is_tf_module, require_built
+from .legacy_names import legacy_dtypes, legacy_names
 
 _DEVICE_SUFFIX = re.compile(r":\d+$")
 
@@ -41,12 +42,16 @@ _DEVICE_SUFFIX = re.compile(r":\d+$")
 class ModelWeights:
     """The weights of a model: ``variables`` (name -> variable, in the model's order),
     ``catalog`` (what selectors choose from), ``flat`` (name -> the name an optimizer
-    gives its slots of that variable, before ``_KIND``), ``label`` (for messages)."""
+    gives its slots of that variable, before ``_KIND``), ``label`` (for messages), ``legacy`` (name -> the
+    last part of its name in tf_keras, where that differs: :mod:`.legacy_names`), ``retyped`` (name -> the
+    wider dtype tf_keras keeps it in, read by value)."""
 
     label: str
     variables: dict
     catalog: Catalog
     flat: dict
+    legacy: dict = dataclasses.field(default_factory=dict)
+    retyped: dict = dataclasses.field(default_factory=dict)
 
     def spec(self, name) -> tuple:
         """(shape, dtype name) of weight ``name``."""
@@ -75,16 +80,15 @@ class OptimizerState:
 
 def model_weights(model) -> ModelWeights:
     """The weights of a built Keras 3 model or of a ``tf.Module``."""
-    import tensorflow as tf
-
-    if not is_keras_model(model) and not isinstance(model, tf.Module):
+    if not is_keras_model(model) and not is_tf_module(model):
         raise TypeError(f"load_checkpoint() takes a Keras 3 model or a tf.Module, got {type(model).__name__}")
     require_built(model)
     if is_keras_model(model):
         variables = {weight.path: weight for weight in model.weights}
         catalog = read_keras(model).catalog
         flat = {name: name.replace("/", "_") for name in variables}
-        return ModelWeights(f"Keras model '{model.name}'", variables, catalog, flat)
+        return ModelWeights(f"Keras model '{model.name}'", variables, catalog, flat, legacy_names(model),
+                            legacy_dtypes(model))
     variables, flat = {}, {}
     for variable in model.variables:
         name = _DEVICE_SUFFIX.sub("", variable.name)

@@ -21,8 +21,8 @@ __getattr__, __dir__ = exports(__name__, {
     **names(".convert", "LayoutReport", "convert"),
     **names(".engine", "ConversionPlan", "plan_conversion"),
     **names(".maps", "LayoutMap", "load_map", "parse_map", "shipped_maps"),
-    **names(".output", "TensorStream", "write_safetensors", "write_tf_checkpoint"),
+    **names(".output", "TensorStream", "write_huggingface_weights", "write_safetensors", "write_tf_checkpoint"),
 })
 
 __all__ = ["ConversionPlan", "LayoutMap", "LayoutReport", "TensorStream", "convert", "load_map", "parse_map",
-           "plan_conversion", "shipped_maps", "write_safetensors", "write_tf_checkpoint"]
+           "plan_conversion", "shipped_maps", "write_huggingface_weights", "write_safetensors", "write_tf_checkpoint"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from .. import bounded_json
+from .. import bounded_json, storage
 from ..errors import LayoutMapError
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -61,8 +61,7 @@ def map_config(rules, math, source, *, source_name="the config") -> dict:
 def read_config(path) -> dict:
     """A JSON config file as a dict, or a :class:`~subsetsaver.errors.LayoutMapError` saying why not."""
     try:
-        with open(path, "rb") as handle:
-            data = bounded_json.loads(handle.read(MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
+        data = bounded_json.loads(storage.read_bytes(path, MAX_CONFIG_BYTES + 1), max_bytes=MAX_CONFIG_BYTES)
     except OSError as error:
         raise LayoutMapError(f"cannot read config '{path}': {error.strerror or error}") from None
     except ValueError as error:
@@ -81,6 +80,6 @@ def find_config(checkpoint, filename, given=None):
     if given is not None:
         return os.fspath(given)
     checkpoint = os.fspath(checkpoint)
-    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint) or "."
-    path = os.path.join(directory, filename)
-    return path if os.path.isfile(path) else None
+    directory = checkpoint if storage.is_directory(checkpoint) else storage.parent(checkpoint) or "."
+    path = storage.join(directory, filename)
+    return path if storage.exists(path) and not storage.is_directory(path) else None

@@ -31,9 +31,8 @@ from .configs import config_bytes, find_config, map_config, read_config
 from .coverage import check_coverage, check_family
 from .engine import plan_conversion
 from .maps import load_map
-from .output import TensorStream, nbytes, write_safetensors, write_tf_checkpoint
+from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
 
-SAFETENSORS_FILE = "model.safetensors"
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
 MAX_LABELS_BYTES = 16 * 1024 * 1024
@@ -63,18 +62,20 @@ class LayoutReport:
     architecture: str | None = None
 
 
-def convert(checkpoint, out_dir, map, config=None, *, labels=None, dry_run=False,  # noqa: A002
-            overwrite=False) -> LayoutReport:
+def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
+            dry_run=False, overwrite=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
     the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
-    target config). Raises :class:`~subsetsaver.errors.LayoutMapError` before writing anything when the
-    map, the checkpoint or the config does not fit.
+    target config); ``max_shard_size``: past it (``"1GB"``, or bytes) a Hugging Face output is sharded as
+    ``save_pretrained`` shards it (default: its ``"50GB"``). Raises :class:`~subsetsaver.errors.LayoutMapError`
+    before writing anything when the map, the checkpoint or the config does not fit.
 
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
     # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
     """
     layout = load_map(map)
+    max_shard_bytes = _shard_bytes(max_shard_size)
     source = _source_path(layout, checkpoint)
     catalog = catalog_module.file_catalog(source)
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
@@ -98,18 +99,25 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, dry_run=False
                      architecture=coverage.architecture)
     if dry_run:
         return LayoutReport(**described, files=(), dry_run=True)
-    config_file = os.path.join(out_dir, layout.target["config"])
-    weights = os.path.join(out_dir, SAFETENSORS_FILE if layout.target_layout == "safetensors"
-                           else layout.target.get("prefix", TF_PREFIX))
-    _prepare(out_dir, [config_file, weights if layout.target_layout == "safetensors" else weights + ".index"],
-             overwrite)
+    config_file = storage.join(out_dir, layout.target["config"])
+    prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
+    _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
+                       config_file], overwrite)
     stream = TensorStream(plan.specs, plan.stream(catalog_module.read_tensors(source, plan.source_names)))
     if layout.target_layout == "safetensors":
-        write_safetensors(weights, stream, layout.target.get("metadata"), overwrite=overwrite)
+        weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
+                                            max_shard_bytes=max_shard_bytes, overwrite=overwrite)
     else:
-        write_tf_checkpoint(weights, stream, overwrite=overwrite)
+        weights = (write_tf_checkpoint(prefix, stream, overwrite=overwrite),)
     storage.write_bytes(config_file, config_bytes(target_config))
-    return LayoutReport(**described, files=(weights, config_file), dry_run=False)
+    return LayoutReport(**described, files=(*weights, config_file), dry_run=False)
+
+
+def _shard_bytes(max_shard_size):
+    try:
+        return None if max_shard_size is None else safetensors.parse_size(max_shard_size)
+    except ValueError as error:
+        raise LayoutMapError(f"--max-shard-size: {error}") from None
 
 
 def _config_path(layout, checkpoint, given):
@@ -146,11 +154,13 @@ def _label_config(path, target_config) -> dict:
 def _source_path(layout, checkpoint):
     checkpoint = os.fspath(checkpoint)
     if layout.source_layout == "safetensors":
-        path = os.path.join(checkpoint, SAFETENSORS_FILE) if os.path.isdir(checkpoint) else checkpoint
-        if not path.endswith(safetensors.SUFFIX) or not os.path.isfile(path):
-            raise LayoutMapError(f"map '{layout.name}' reads a Hugging Face directory or .safetensors file; "
-                                 f"'{checkpoint}' is neither",
-                                 fix=f"name a directory holding {SAFETENSORS_FILE}, or the file itself")
+        path = huggingface_weights(checkpoint) if storage.is_directory(checkpoint) else checkpoint
+        if path is None or not path.endswith((safetensors.SUFFIX, safetensors.INDEX_NAME)) \
+                or not storage.exists(path) or storage.is_directory(path):
+            raise LayoutMapError(f"map '{layout.name}' reads a Hugging Face directory, .safetensors file or "
+                                 f"shard index; '{checkpoint}' is none of them",
+                                 fix=f"name a directory holding model.safetensors or {safetensors.INDEX_NAME}, "
+                                 "or the file itself")
         return path
     if catalog_module.file_format(checkpoint) != "name":
         raise LayoutMapError(f"map '{layout.name}' reads a TensorFlow checkpoint; '{checkpoint}' is a "
@@ -160,7 +170,7 @@ def _source_path(layout, checkpoint):
 
 
 def _prepare(out_dir, files, overwrite):
-    existing = [path for path in files if storage.exists(path)]
+    existing = [path for path in files if path is not None and storage.exists(path)]
     if existing and not overwrite:
         raise LayoutMapError(f"'{existing[0]}' exists", fix="choose an empty OUT_DIR, or pass --force "
                              "(overwrite=True in Python) to replace it")

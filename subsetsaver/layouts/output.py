@@ -20,8 +20,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .. import storage
 from ..errors import CorruptCheckpointError
 from ..formats import checkpoint_writer, registry, safetensors
+
+SAFETENSORS_FILE = "model.safetensors"
 
 
 @dataclasses.dataclass
@@ -37,13 +40,45 @@ class TensorStream:
 
 def write_safetensors(path, stream, metadata=None, *, overwrite=False) -> str:
     """Write ``stream`` to the safetensors file ``path`` through the one writer; returns ``path``."""
-    return _write(path, stream, registry.SAFETENSORS, metadata, overwrite)
+    _write(path, stream, registry.SAFETENSORS, metadata, overwrite)
+    return str(path)
+
+
+def write_huggingface_weights(out_dir, stream, metadata=None, *, max_shard_bytes=None, overwrite=False) -> tuple:
+    """Write ``stream`` into ``out_dir`` as Hugging Face's loaders read it: ``model.safetensors``, or, past
+    ``max_shard_bytes`` (default: transformers' ``save_pretrained``'s), shards and
+    ``model.safetensors.index.json``, published all or none. Files of the other layout that a replaced
+    output left are removed once the new one is in place (a loader takes ``model.safetensors`` first).
+    Returns the files written."""
+    limit = max_shard_bytes or safetensors.SHARDED_SAFETENSORS.max_shard_bytes
+    single = storage.join(out_dir, SAFETENSORS_FILE)
+    index = storage.join(out_dir, safetensors.INDEX_NAME)
+    if sum(nbytes(shape, dtype) for shape, dtype in stream.specs.values()) > limit:
+        written = _write(index, stream, safetensors.sharded(limit), metadata, overwrite)
+        stale = registry.SAFETENSORS.files(single)
+    else:
+        written = _write(single, stream, registry.SAFETENSORS, metadata, overwrite)
+        stale = safetensors.SHARDED_SAFETENSORS.files(index)
+    for path in stale:
+        storage.remove(path)
+    return written
+
+
+def huggingface_weights(directory) -> str | None:
+    """The weights Hugging Face's loaders read in ``directory``: ``model.safetensors``, else the shards'
+    index; None when it holds neither."""
+    for name in (SAFETENSORS_FILE, safetensors.INDEX_NAME):
+        path = storage.join(directory, name)
+        if storage.exists(path):
+            return path
+    return None
 
 
 def write_tf_checkpoint(prefix, stream, *, overwrite=False) -> str:
     """Write ``stream`` as the TensorFlow name-based checkpoint ``prefix`` (named latest in its
     directory's state file) through the one writer; returns ``prefix``."""
-    return _write(prefix, stream, registry.NAME, None, overwrite)
+    _write(prefix, stream, registry.NAME, None, overwrite)
+    return str(prefix)
 
 
 def nbytes(shape, dtype) -> int:
@@ -53,9 +88,8 @@ def nbytes(shape, dtype) -> int:
 
 def _write(path, stream, checkpoint_format, metadata, overwrite):
     specs = [(name, shape, dtype) for name, (shape, dtype) in stream.specs.items()]
-    checkpoint_writer.write_checkpoint(path, _checked(stream), checkpoint_format=checkpoint_format, specs=specs,
-                                       metadata=metadata, overwrite=overwrite, progress=False)
-    return str(path)
+    return checkpoint_writer.write_checkpoint(path, _checked(stream), checkpoint_format=checkpoint_format, specs=specs,
+                                              metadata=metadata, overwrite=overwrite, progress=False).files
 
 
 def _checked(stream):

@@ -41,6 +41,7 @@ from ..errors import (
     first_line,
 )
 from ..formats import subset_manifest
+from ..graph_mode import tensorflow
 from ..selectors import format_bytes
 from . import sizes as sizes_module
 from .arguments import audited_names, checked_selector
@@ -89,6 +90,7 @@ def plan(sel, graph=None, *, remap=None, rows=None, on_mismatch="error", backend
 
     p = plan(trainable() | bn_stats(), graph, max_to_keep=3)
     """
+    tensorflow("ss.plan")
     sel = checked_selector("plan", sel, on_mismatch)
     backend_type = backend_class(backend)
     for option, why in _REJECTED_SAVER_OPTIONS.items():

@@ -122,8 +122,9 @@ class CheckReport:
         fixes = []
         if self.remap:
             missing = len(self.missing)
-            fixes.append(Fix("remap", self.remap, f"(the checkpoint holds {self.remap_resolves} of the {missing} "
-                                                  f"missing variable{'s' if missing > 1 else ''} under that scope)"))
+            fixes.append(Fix("remap", self.remap, f"{remap_in_words(self.remap)} (the checkpoint holds "
+                                                  f"{self.remap_resolves} of the {missing} missing "
+                                                  f"variable{'s' if missing > 1 else ''} that way)"))
         fixes.append(Fix("on_mismatch", "initialize", "to initialize these variables instead of restoring them"))
         return tuple(fixes)
 
@@ -145,6 +146,22 @@ class CheckReport:
 
     def __str__(self):
         return self.text()
+
+
+def remap_in_words(rules) -> str:
+    """What scope rules ``{checkpoint scope: graph scope}`` do, in words, as the purpose of a suggested remap
+    ('/' is the root scope: ``{'conv_1/': '/'}`` drops a scope the checkpoint has and the graph has not).
+
+    >>> remap_in_words({'conv_1/': '/'})
+    "to read each variable NAME from the checkpoint's conv_1/NAME"
+    >>> remap_in_words({'model/': 'net/'})
+    "to read each variable net/NAME from the checkpoint's model/NAME"
+    """
+    def scope(text):
+        return "" if text == "/" else text
+
+    return "to read " + " and ".join(f"each variable {scope(new)}NAME from the checkpoint's {scope(old)}NAME"
+                                     for old, new in rules.items())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from ..graph_mode import tensorflow
 from ..planning import RestoreReport
 from ..planning import plan as make_plan
 
@@ -64,6 +65,7 @@ def warm_start(sel, checkpoint, remap=None, on_mismatch="error", graph=None) -> 
     start = warm_start(ss.scope('model/backbone'), 'pretrained/',
                        remap={'pretrained/': 'model/backbone/'}, graph=graph)
     """
+    tensorflow("ss.warm_start")
     subset = make_plan(sel, graph, remap=remap, on_mismatch=on_mismatch)
     check = subset.check(checkpoint)
     if check.blocking and on_mismatch == "error":

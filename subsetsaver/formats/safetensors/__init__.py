@@ -1,4 +1,5 @@
-"""safetensors files: the codec (``codec``) and its entry in the format registry (``SAFETENSORS``).
+"""safetensors files: the codec (``codec``) and its entry in the format registry (``SAFETENSORS``), and
+checkpoints sharded over several of them with an index (``sharded``: ``SHARDED_SAFETENSORS``).
 
 Example::
 
@@ -14,7 +15,8 @@ __getattr__, __dir__ = exports(__name__, {
     **names(".codec", "CODES", "DTYPES", "ITEM_BYTES", "MAX_HEADER_BYTES", "SUFFIX", "header", "name_problem", "read",
             "specs", "write"),
     **names(".checkpoint_format", "SAFETENSORS"),
+    **names(".sharded", "INDEX_NAME", "SHARDED_SAFETENSORS", "parse_size", "sharded"),
 })
 
-__all__ = ["CODES", "DTYPES", "ITEM_BYTES", "MAX_HEADER_BYTES", "SAFETENSORS", "SUFFIX", "header", "name_problem", "read",
-           "specs", "write"]
+__all__ = ["CODES", "DTYPES", "INDEX_NAME", "ITEM_BYTES", "MAX_HEADER_BYTES", "SAFETENSORS", "SHARDED_SAFETENSORS", "SUFFIX",
+           "header", "name_problem", "parse_size", "read", "sharded", "specs", "write"]

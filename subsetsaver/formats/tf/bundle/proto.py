@@ -4,6 +4,7 @@ Read and written with :mod:`subsetsaver.formats.wire.protobuf`.
 
 Example::
 
+    >>> from subsetsaver.formats.wire.protobuf import decode
     >>> decode(BUNDLE_HEADER, bytes.fromhex('08011a020801'))
     {'num_shards': 1, 'version': {'producer': 1}}
 """

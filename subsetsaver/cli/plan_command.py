@@ -1,12 +1,15 @@
-"""``plan`` (a dry run of a subset save/restore) and ``slim`` (drop tensors from a checkpoint)."""
+"""``plan``: a dry run of a subset save and restore: what is saved, what is initialized, sizes, the check.
+
+Example::
+
+    $ subsetsaver plan --graph model.meta --save "trainable() | bn_stats()" --checkpoint ckpt/
+"""
 
 import sys
 
 import click
 
-from ..planning import plan_preview, smaller_text
-from ..selectors import format_bytes
-from ..tools import slim
+from .. import planning
 from .advice import remedies
 from .options import parse_remap
 from .output import (
@@ -64,11 +67,12 @@ def _sizes_json(sizes):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
     """Dry run: what EXPR saves, what is initialized, sizes, and the diff against CKPT.
+    For CKPT and MODEL.meta, gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]').
 
     Exits 1 when CKPT is missing variables or has other shapes or dtypes (unless
     --on-mismatch initialize, which initializes them instead).
     """
-    the_plan = plan_preview(expression, graph, remap=parse_remap(remap), on_mismatch=on_mismatch)  # no TensorFlow
+    the_plan = planning.plan_preview(expression, graph, remap=parse_remap(remap), on_mismatch=on_mismatch)  # no TensorFlow
     by_name = the_plan.catalog.records_by_name
     report = the_plan.check(checkpoint) if checkpoint else None
     if as_json:
@@ -99,37 +103,3 @@ def plan_command(graph, expression, checkpoint, remap, on_mismatch, as_json):
             click.echo(report.text(remedies(report.fixes, click.get_current_context().command)))
     if report is not None and not report.ok and on_mismatch == "error":
         sys.exit(1)
-
-
-@click.command("slim")
-@click.argument("checkpoint")
-@click.option("--keep", "expression", required=True, metavar="EXPR", help="Selector of the tensors to keep.")
-@click.option("--graph", "graph", callback=meta_graph_path, metavar="MODEL.meta", help="Evaluate EXPR on this graph (exact roles).")
-@click.option("-o", "--output", required=True, metavar="OUT", help="Prefix of the new checkpoint.")
-@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def slim_command(checkpoint, expression, graph, output, force, as_json):
-    """Write OUT with only the tensors of CHECKPOINT that EXPR keeps (streamed, verified bit-exact)."""
-    report = slim.slim(checkpoint, expression, output, graph=graph, overwrite=force)
-    if not report.dropped:
-        click.echo(f"warning: --keep \"{report.selector}\" drops no tensor of {report.source}, so {report.output} "
-                   "is a copy of it", err=True)
-    if as_json:
-        echo_json({
-            "source": report.source,
-            "output": report.output,
-            "selector": report.selector,
-            "kept": list(report.kept),
-            "dropped": list(report.dropped),
-            "source_bytes": report.source_bytes,
-            "output_bytes": report.output_bytes,
-            "times_smaller": round(report.ratio, 3),
-            "data_files": report.data_files,
-            "verified": report.verified,
-        })
-        return
-    click.echo(f"kept {len(report.kept)} tensors, dropped {len(report.dropped)} ({report.selector})")
-    click.echo(
-        f"{report.source}: {format_bytes(report.source_bytes)} -> {report.output}: {format_bytes(report.output_bytes)} "
-        f"({smaller_text(report.source_bytes, report.output_bytes)}); every kept tensor verified bit-exact"
-    )

@@ -1,4 +1,9 @@
-"""``inspect`` (what a checkpoint holds) and ``select`` (what an expression picks)."""
+"""``inspect``: what a checkpoint holds, tensor by tensor, with totals per scope and the optimizer state.
+
+Example::
+
+    $ subsetsaver inspect ckpt/model-1000 --json
+"""
 
 import collections
 
@@ -7,17 +12,7 @@ import click
 from .. import catalog, selectors
 from ..formats import subset_manifest
 from ..selectors import format_bytes
-from .output import (
-    RECORD_ALIGN,
-    RECORD_HEADERS,
-    echo_json,
-    echo_table,
-    load_source,
-    meta_graph_path,
-    object_json,
-    record_json,
-    record_row,
-)
+from .output import RECORD_ALIGN, RECORD_HEADERS, echo_json, echo_table, object_json, record_json, record_row
 
 
 @click.command("inspect")
@@ -29,7 +24,8 @@ from .output import (
 def inspect_command(checkpoint, keep, values_of, stats, as_json):
     """List the tensors of CHECKPOINT (a TensorFlow checkpoint, name- or object-based, .npz or .safetensors
     file) with bytes, totals per top-level scope, optimizer state and the subset manifest; an object-based
-    checkpoint's tensors by their recorded full names, with their object paths."""
+    checkpoint's tensors by their recorded full names, with their object paths. For CHECKPOINT,
+    gs:// and s3:// URLs work as well as local paths (pip install 'subsetsaver[gcs]' or '[s3]')."""
     source = catalog.source_path(checkpoint)
     cat = catalog.file_catalog(source)
     object_based = cat.checkpoint_kind == "object"
@@ -64,7 +60,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
             }
         )
         return
-    click.echo(f"checkpoint {source} ({_KIND_NAMES[cat.checkpoint_kind]}): {len(records)} tensors, "
+    click.echo(f"checkpoint {source} ({_KIND_NAMES.get(cat.checkpoint_kind, cat.checkpoint_kind)}): {len(records)} tensors, "
                f"{format_bytes(total)}")
     headers, align = RECORD_HEADERS + (["object path"] if object_based else []), RECORD_ALIGN + ("l" if object_based
                                                                                                  else "")
@@ -98,7 +94,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
 
 
 _KIND_NAMES = {"name": "TensorFlow checkpoint", "object": "TensorFlow object-based checkpoint", "npz": "portable .npz",
-               "safetensors": "safetensors"}
+               "safetensors": "safetensors", "keras": "Keras 3 .weights.h5"}
 
 
 def _echo_values(source, cat, name, as_json):
@@ -144,41 +140,6 @@ def closest_text(name, names) -> str:
 
     close = difflib.get_close_matches(name, list(names), n=3)
     return f"; closest: {', '.join(close)}" if close else ""
-
-
-@click.command("select")
-@click.argument("expression")
-@click.option("--graph", "graph", callback=meta_graph_path, metavar="MODEL.meta", help="MetaGraph file (written by Saver.save).")
-@click.option("--checkpoint", metavar="CKPT", help="Checkpoint prefix or directory (names, shapes, dtypes only).")
-@click.option("--explain", is_flag=True, help="Print the expression tree with counts and bytes.")
-@click.option("--allow-empty", is_flag=True, help="An EXPRESSION that chooses nothing lists nothing (exit 0).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def select_command(expression, graph, checkpoint, explain, allow_empty, as_json):
-    """List the variables an EXPRESSION chooses, with shapes, dtypes, bytes and totals."""
-    selector = selectors.parse(expression)
-    cat = load_source(graph, checkpoint)
-    names = selector.names(cat, allow_empty=allow_empty)
-    by_name = cat.records_by_name
-    records = [by_name[n] for n in names]
-    total = sum(r.nbytes for r in records)
-    if as_json:
-        echo_json(
-            {
-                "selector": repr(selector),
-                "variables": [record_json(r) for r in records],
-                "total": {"variables": len(records), "bytes": total},
-                "of": {"variables": len(cat), "bytes": cat.nbytes(cat.all_names)},
-                **({"explain": selector.explain(cat).splitlines()} if explain else {}),
-            }
-        )
-        return
-    if explain:
-        click.echo(selector.explain(cat))
-        click.echo("")
-    echo_table(RECORD_HEADERS, [record_row(r) for r in records], RECORD_ALIGN)
-    click.echo(
-        f"\n{len(records)} of {len(cat)} variables, {format_bytes(total)} of {format_bytes(cat.nbytes(cat.all_names))}"
-    )
 
 
 def _say_which_checkpoint(given, source):
