@@ -26,6 +26,7 @@ import os
 import threading
 import warnings
 
+from .. import workers
 from ..errors import StoreSettingError, clipped
 
 ENVIRONMENT = {"connect": "SUBSETSAVER_CONNECT_TIMEOUT", "read": "SUBSETSAVER_READ_TIMEOUT",
@@ -113,9 +114,9 @@ def quiet_clients():
 def within_budget(function, *args, budget, **kwargs):
     """``function(*args, **kwargs)``, waited for at most ``budget`` seconds; past it, TimeoutError.
 
-    The call runs on a daemon thread of its own; one that overruns is left to its client's own
-    time-outs and retries, which end it in the background (the caller never waits for them, and a
-    process that exits does not either)."""
+    The call runs on a detached thread (:func:`~subsetsaver.workers.detached`); one that overruns is left to
+    its client's own time-outs and retries, which end it in the background (the caller never waits for them,
+    and a process that exits does not either)."""
     outcome = []
     finished = threading.Event()
 
@@ -127,7 +128,7 @@ def within_budget(function, *args, budget, **kwargs):
         finally:
             finished.set()
 
-    threading.Thread(target=run, daemon=True, name="subsetsaver-store-request").start()
+    workers.detached(run, "subsetsaver-store-request")
     if not finished.wait(budget):
         raise TimeoutError(f"no answer within {budget:g} s")
     succeeded, value = outcome[0]

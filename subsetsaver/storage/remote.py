@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import concurrent.futures
 import contextlib
 import datetime
 import io
@@ -39,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from .. import bounded_json
+from .. import bounded_json, workers
 from ..errors import (
     CheckpointNotFoundError,
     CheckpointWriteError,
@@ -103,7 +102,6 @@ class RemoteStorage(StorageBackend):
         self._versions = {}  # URL -> its version when a reader opened it
         self._lock = threading.Lock()
         self._held = {}  # directory URL -> URL of the lock object this process created there
-        self._executor = None  # threads for file systems without an event loop (memory://)
         self._memo = {}  # (question, URL) -> (monotonic time asked, answer); see METADATA_FRESH_SECONDS
 
     @property
@@ -409,9 +407,8 @@ class RemoteStorage(StorageBackend):
             budget = limits.current().budget
             return asyncio.run_coroutine_threadsafe(
                 asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(MAX_REQUESTS, thread_name_prefix="subsetsaver-read")
-        return self._executor.submit(filesystem.cat_file, path, start=start, end=end)
+        requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
+        return requests.submit(filesystem.cat_file, path, start=start, end=end)
 
     def _result(self, path, future, start, end):
         try:
