@@ -346,6 +346,16 @@ class RemoteStorageError(SubsetSaverError, OSError):
         super().__init__(f"{message}: {fix}" if fix else message, path=url or None)
 
 
+class StoreUnreachableError(RemoteStorageError, TimeoutError):
+    """A request to an object store had no answer within the retry budget (the server is unreachable or
+    stopped sending, the network is down, or the client kept retrying a refusal). ``url`` names the
+    object; ``fix`` names the likely causes and the setting that waits longer."""
+
+
+class StoreSettingError(SubsetSaverError, ValueError):
+    """A time-out or retry budget for object stores that is not a number of seconds above 0."""
+
+
 _TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")
 
 

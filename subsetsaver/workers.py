@@ -4,7 +4,7 @@ A shared pool (:func:`shared_pool`) is named, has a fixed number of threads and 
 use; it lives as long as the process, so however much a command reads or writes, the threads it
 runs are bounded by the pools' sizes (the memory tests count on it). Work that needs threads for
 one call only takes a :func:`scoped_pool`, shut down when its block ends; a save that outlives
-its caller runs on a :func:`thread` of its own.
+its caller runs on a :func:`thread` of its own; a request its caller may give up on, on a :func:`detached` one.
 
 Example::
 
@@ -45,5 +45,13 @@ def scoped_pool(threads, name="subsetsaver-call") -> concurrent.futures.ThreadPo
 def thread(target, name) -> threading.Thread:
     """Start ``target()`` on a thread of its own that the interpreter waits for at exit (a save under way)."""
     started_thread = threading.Thread(target=target, name=name, daemon=False)
+    started_thread.start()
+    return started_thread
+
+
+def detached(target, name) -> threading.Thread:
+    """Start ``target()`` on a daemon thread of its own, for a request its caller may stop waiting for (a bucket's,
+    past its retry budget): the interpreter does not wait for it at exit, and the client's own time-outs end it."""
+    started_thread = threading.Thread(target=target, name=name, daemon=True)
     started_thread.start()
     return started_thread
