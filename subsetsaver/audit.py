@@ -38,7 +38,7 @@ from .selectors import Nothing, Selector, closest_names, format_bytes, slots
 UPDATE_OPS = "update_ops"
 TRAIN_OP = "train_op"
 LOCAL_VARIABLES = "local_variables"
-_OPTIMIZER_ROLES = frozenset({"slot", "optimizer", "global_step"})
+_OPTIMIZER_ROLES = frozenset(role.name for role in catalog_module.ROLE_TABLE if role.optimizer_state)
 _UPDATE_FIX = (
     "Build the training op under "
     "tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS))."

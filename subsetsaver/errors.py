@@ -327,6 +327,12 @@ class LayoutMapError(SubsetSaverError, ValueError):
         super().__init__(f"{message}; {fix}" if fix else message)
 
 
+class ModelBuilderError(SubsetSaverError, ValueError):
+    """The function that builds the Keras 3 model of a conversion (``--model MODULE:FUNCTION``, or a
+    ``keras.applications`` name) cannot be imported or called, raises, or returns no Keras 3 model;
+    raised before anything is written."""
+
+
 class RemoteStorageError(SubsetSaverError, OSError):
     """An object store (Cloud Storage, S3, ...) refused or failed a request, or its client library is missing.
 
@@ -338,6 +344,16 @@ class RemoteStorageError(SubsetSaverError, OSError):
         self.url = url
         self.fix = fix
         super().__init__(f"{message}: {fix}" if fix else message, path=url or None)
+
+
+class StoreUnreachableError(RemoteStorageError, TimeoutError):
+    """A request to an object store had no answer within the retry budget (the server is unreachable or
+    stopped sending, the network is down, or the client kept retrying a refusal). ``url`` names the
+    object; ``fix`` names the likely causes and the setting that waits longer."""
+
+
+class StoreSettingError(SubsetSaverError, ValueError):
+    """A time-out or retry budget for object stores that is not a number of seconds above 0."""
 
 
 _TENSORFLOW_NOISE = ("Graph execution error:", "Detected at node", "Node: ", "Original stack trace", "[[")

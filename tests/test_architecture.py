@@ -23,13 +23,14 @@ ALLOWED = {
     "bounded_json": set(),
     "tf_internals": set(),
     "graph_mode": {"errors"},
-    "storage": {"bounded_json", "errors", "lazy_exports"},
-    "formats": {"bounded_json", "errors", "version", "lazy_exports", "storage"},
+    "workers": set(),
+    "storage": {"bounded_json", "errors", "lazy_exports", "workers"},
+    "formats": {"bounded_json", "errors", "version", "lazy_exports", "storage", "workers"},
     "catalog": {"graph_mode", "errors", "tf_internals", "storage", "formats", "lazy_exports"},
     "selectors": {"errors", "tf_internals", "catalog", "lazy_exports"},
     "audit": {"errors", "catalog", "selectors", "lazy_exports"},
     "planning": {"graph_mode", "bounded_json", "errors", "tf_internals", "storage", "formats", "catalog", "selectors",
-                 "audit", "lazy_exports"},
+                 "audit", "lazy_exports", "workers"},
     "portable": {"graph_mode", "errors", "storage", "formats", "catalog", "selectors", "planning", "lazy_exports"},
     "training": {"graph_mode", "errors", "storage", "formats", "audit", "planning", "lazy_exports"},
     "tools": {"errors", "storage", "formats", "catalog", "selectors", "planning", "lazy_exports"},
@@ -401,3 +402,11 @@ def test_the_one_writer_knows_formats_only_through_their_protocol(module):
     naming the latest, what is recorded) is declared by each format on its ``CheckpointFormat``."""
     found = sorted({imported for imported, _, _, _ in _imports(PACKAGE / module) if _format_package(imported)})
     assert found == []
+
+
+def test_worker_threads_are_started_in_one_module():
+    """Threads and pools start only in workers.py, where each is bounded and named."""
+    pattern = re.compile(r"ThreadPoolExecutor\(|threading\.Thread\(|_thread\.start_new")
+    starting = sorted(str(path.relative_to(PACKAGE)) for path in _modules()
+                      if pattern.search(path.read_text(encoding="utf-8")))
+    assert starting == ["workers.py"]

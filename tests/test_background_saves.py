@@ -80,14 +80,14 @@ def trained(built, plan, sess, steps=2):
 def held_writes(monkeypatch):
     """Background bundle writes wait for the event the block gets (set it to let them go)."""
     release = threading.Event()
-    original = background.tf_bundle.BundleWriter
+    original = background.bundle.BundleWriter
 
     class HeldWriter(original):
         def __enter__(self):
             release.wait(120)
             return super().__enter__()
 
-    monkeypatch.setattr(background.tf_bundle, "BundleWriter", HeldWriter)
+    monkeypatch.setattr(background.bundle, "BundleWriter", HeldWriter)
     try:
         yield release
     finally:
@@ -191,14 +191,14 @@ def test_an_error_in_the_background_comes_back_at_wait_and_the_next_save_works(t
     built = graphs.mnist_cnn(**SMALL)
     plan = ss.plan(SUBSET, built.graph)
 
-    class FullDisk(background.tf_bundle.BundleWriter):
+    class FullDisk(background.bundle.BundleWriter):
         def add(self, name, array):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     with v1.Session(graph=built.graph) as sess:
         trained(built, plan, sess)
         first = plan.save(sess, str(tmp_path / "model"), global_step=1)
-        monkeypatch.setattr(background.tf_bundle, "BundleWriter", FullDisk)
+        monkeypatch.setattr(background.bundle, "BundleWriter", FullDisk)
         pending = plan.save(sess, str(tmp_path / "model"), global_step=2, blocking=False)
         with pytest.raises(CheckpointWriteError) as caught:
             pending.wait()

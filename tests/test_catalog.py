@@ -274,6 +274,8 @@ def test_checkpoint_roles_from_the_names_hand_written_and_keras_optimizers_give(
         "bert/layer_0/kernel/adam_m", "bert/layer_0/kernel/adam_v", "cls/bias/lamb_m", "cls/bias/lamb_v",
         "training/Adam/dense/kernel/m", "training/Adam/dense/kernel/v", "Adam/beta_1", "Adam/learning_rate"])
     assert ss.global_step().names(cat) == ["Adam/iter", "global_step"]
+    assert sorted(cat.role("hyperparameter")) == ["Adam/beta_1", "Adam/learning_rate"]  # the optimizer's, no slot
+    assert "slot" not in cat.record("Adam/learning_rate").roles
     assert cat.record("training/Adam/dense/kernel/m").slot_of == "dense/kernel"
     assert cat.record("bert/layer_0/kernel/adam_v").slot_of == "bert/layer_0/kernel"
     assert (~ss.slots()).names(cat) == sorted(["Adam/iter", "bert/layer_0/kernel", "bn/moving_mean", "cls/bias",

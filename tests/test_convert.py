@@ -5,28 +5,13 @@ import os
 
 import graphs
 import numpy as np
-import pytest
 import tensorflow as tf
 
-from subsetsaver import cli as cli_module
 from subsetsaver import portable
 from subsetsaver.formats import npz as npzfile
 from subsetsaver.tools import convert
 
 v1 = tf.compat.v1
-
-
-@pytest.fixture
-def run_cli(capsys):
-    """Run ``subsetsaver ARGS`` the way the entry point does; (exit code, stdout, stderr)."""
-
-    def run(*args):
-        with pytest.raises(SystemExit) as exit_info:
-            cli_module.main(list(args))
-        captured = capsys.readouterr()
-        return exit_info.value.code, captured.out, captured.err
-
-    return run
 
 
 def trained_session(built, steps=1):

@@ -115,7 +115,7 @@ def test_selectors_work_on_keras_variable_paths():
                                              prefix + "dense_kernel_velocity"]
     assert len(ss.slots().names(catalog)) == 13
     assert catalog.record(prefix + "dense_kernel_velocity").slot_of == "dense/kernel"
-    assert catalog.record(prefix + "learning_rate").roles == frozenset({"slot", "optimizer"})
+    assert catalog.record(prefix + "learning_rate").roles == frozenset({"optimizer", "hyperparameter"})
     assert ss.parse("everything() - collection('optimizer')").names(catalog) == \
         ss.parse("trainable() | bn_stats()").names(catalog)
 

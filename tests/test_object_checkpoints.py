@@ -21,7 +21,6 @@ import pytest
 import tensorflow as tf
 
 from subsetsaver import catalog
-from subsetsaver import cli as cli_module
 from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats.tf import bundle as tf_bundle
 from subsetsaver.formats.tf import object_graph as tf_object_graph
@@ -66,32 +65,19 @@ MODEL = [
 ]
 TRAINED = ["bn/beta", "bn/gamma", "dense/bias", "dense/kernel", "head/bias", "head/kernel"]
 LEGACY_CATALOG = sorted(MODEL + [
-    ("Adam/beta_1", "optimizer/beta_1", ["optimizer", "slot"], None),
-    ("Adam/beta_2", "optimizer/beta_2", ["optimizer", "slot"], None),
-    ("Adam/decay", "optimizer/decay", ["optimizer", "slot"], None),
+    ("Adam/beta_1", "optimizer/beta_1", ["hyperparameter", "optimizer"], None),
+    ("Adam/beta_2", "optimizer/beta_2", ["hyperparameter", "optimizer"], None),
+    ("Adam/decay", "optimizer/decay", ["hyperparameter", "optimizer"], None),
     ("Adam/iter", "optimizer/iter", ["global_step"], None),
-    ("Adam/learning_rate", "optimizer/learning_rate", ["optimizer", "slot"], None),
+    ("Adam/learning_rate", "optimizer/learning_rate", ["hyperparameter", "optimizer"], None),
 ] + [(f"Adam/{name}/{slot}", f"{path}/.OPTIMIZER_SLOT/optimizer/{slot}", ["slot"], name)
      for name, path, _, _ in MODEL if name in TRAINED for slot in ("m", "v")])
 CURRENT_SLOTS = {"dense/kernel": 1, "dense/bias": 3, "bn/gamma": 5, "bn/beta": 7, "head/kernel": 9, "head/bias": 11}
 CURRENT_CATALOG = sorted(MODEL + [
     ("iteration", "optimizer/_iterations", ["global_step"], None),
-    ("learning_rate", "optimizer/_learning_rate", ["optimizer", "slot"], None),
+    ("learning_rate", "optimizer/_learning_rate", ["hyperparameter", "optimizer"], None),
 ] + [(f"Adam/{slot}/{name}", f"optimizer/_variables/{CURRENT_SLOTS[name] + offset}", ["slot"], name)
      for name in TRAINED for offset, slot in enumerate("mv")])
-
-
-@pytest.fixture
-def run_cli(capsys):
-    """Run ``subsetsaver ARGS`` the way the entry point does; (exit code, stdout, stderr)."""
-
-    def run(*args):
-        with pytest.raises(SystemExit) as exit_info:
-            cli_module.main(list(args))
-        captured = capsys.readouterr()
-        return exit_info.value.code, captured.out, captured.err
-
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -235,25 +221,25 @@ def test_tf_keras_legacy_adam_catalog_comes_from_the_object_graph(tf_keras_check
     lines = out.splitlines()
     assert lines[:3] == [
         f"checkpoint {prefix} (TensorFlow object-based checkpoint): 25 tensors, 464 B",
-        "name                 shape   dtype    bytes  size  roles           object path",
-        "-------------------  ------  -------  -----  ----  --------------  "
+        "name                 shape   dtype    bytes  size  roles                     object path",
+        "-------------------  ------  -------  -----  ----  ------------------------  "
         "-------------------------------------------------------",
     ]
     assert lines[3:8] == [
-        "Adam/beta_1          []      float32      4   4 B  optimizer,slot  optimizer/beta_1",
-        "Adam/beta_2          []      float32      4   4 B  optimizer,slot  optimizer/beta_2",
-        "Adam/bn/beta/m       [4]     float32     16  16 B  slot            "
+        "Adam/beta_1          []      float32      4   4 B  hyperparameter,optimizer  optimizer/beta_1",
+        "Adam/beta_2          []      float32      4   4 B  hyperparameter,optimizer  optimizer/beta_2",
+        "Adam/bn/beta/m       [4]     float32     16  16 B  slot                      "
         "layer_with_weights-1/beta/.OPTIMIZER_SLOT/optimizer/m",
-        "Adam/bn/beta/v       [4]     float32     16  16 B  slot            "
+        "Adam/bn/beta/v       [4]     float32     16  16 B  slot                      "
         "layer_with_weights-1/beta/.OPTIMIZER_SLOT/optimizer/v",
-        "Adam/bn/gamma/m      [4]     float32     16  16 B  slot            "
+        "Adam/bn/gamma/m      [4]     float32     16  16 B  slot                      "
         "layer_with_weights-1/gamma/.OPTIMIZER_SLOT/optimizer/m",
     ]
     assert lines[18:22] == [
-        "Adam/iter            []      int64        8   8 B  global_step     optimizer/iter",
-        "Adam/learning_rate   []      float32      4   4 B  optimizer,slot  optimizer/learning_rate",
-        "bn/beta              [4]     float32     16  16 B                  layer_with_weights-1/beta",
-        "bn/gamma             [4]     float32     16  16 B                  layer_with_weights-1/gamma",
+        "Adam/iter            []      int64        8   8 B  global_step               optimizer/iter",
+        "Adam/learning_rate   []      float32      4   4 B  hyperparameter,optimizer  optimizer/learning_rate",
+        "bn/beta              [4]     float32     16  16 B                            layer_with_weights-1/beta",
+        "bn/gamma             [4]     float32     16  16 B                            layer_with_weights-1/gamma",
     ]
     assert [line.split()[0] for line in lines[3:28]] == [name for name, _, _, _ in LEGACY_CATALOG]
     assert lines[-1] == ("optimizer state (from the object graph): 16 tensors, 288 B (62% of the checkpoint); "
@@ -281,7 +267,7 @@ def test_keras3_model_and_optimizer_catalog(keras3_checkpoint):
     trained = {"net/d1/kernel": 0, "net/d1/bias": 1, "net/bn/gamma": 2, "net/bn/beta": 3, "net/d2/kernel": 4,
                "net/d2/bias": 5}
     expected = [("adam/iteration", "optimizer/_iterations", ["global_step"], None),
-                ("adam/learning_rate", "optimizer/_learning_rate", ["optimizer", "slot"], None),
+                ("adam/learning_rate", "optimizer/_learning_rate", ["hyperparameter", "optimizer"], None),
                 ("net/bn/moving_mean", "model/_functional/_operations/2/moving_mean", ["bn_stat"], None),
                 ("net/bn/moving_variance", "model/_functional/_operations/2/moving_variance", ["bn_stat"], None)]
     for name, index in trained.items():

@@ -16,7 +16,8 @@ import pytest
 from subsetsaver.errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError
 from subsetsaver.storage import remote as remote_storage
 from subsetsaver.storage import remote_ranges
-from subsetsaver.storage.remote import CREDENTIALS, LOCK_NAME, RemoteStorage
+from subsetsaver.storage.remote import LOCK_NAME, RemoteStorage
+from subsetsaver.storage.remote_errors import CREDENTIALS
 from subsetsaver.storage.remote_ranges import PART_BYTES, merge_ranges
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -430,7 +431,8 @@ def test_a_missing_client_library_says_which_extra_to_install():
     """)
     out, err = client.communicate(timeout=120)
 
-    assert out.strip() == "RemoteStorageError | gs:// | install the client library: pip install 'subsetsaver[gcs]'", err
+    assert out.strip() == ("RemoteStorageError | gs://bucket/model.index | install the client library: "
+                           "pip install 'subsetsaver[gcs]'"), err
 
 
 def test_client_errors_become_remote_storage_errors_with_the_url(server_store):

@@ -31,7 +31,7 @@ __getattr__, __dir__ = exports(__name__, {
     "read_keras": (".keras_source", "read"),
     **names(".records", "GLOBAL_STEP", "GLOBAL_VARIABLES", "LOCAL_VARIABLES", "TRAINABLE_VARIABLES", "Catalog",
             "CatalogEntry", "VariableRecord", "value_bytes"),
-    **names(".roles", "ROLES", "Roles", "roles_from_names", "roles_from_object_graph", "warn_missed_optimizer_state"),
+    **names(".roles", "ROLE_TABLE", "ROLES", "Role", "Roles", "roles_from_names", "roles_from_object_graph", "warn_missed_optimizer_state"),
     **names(".sources", "load"),
 })
 
@@ -39,7 +39,9 @@ __all__ = [
     "GLOBAL_STEP",
     "GLOBAL_VARIABLES",
     "LOCAL_VARIABLES",
+    "ROLE_TABLE",
     "ROLES",
+    "Role",
     "TRAINABLE_VARIABLES",
     "Catalog",
     "CatalogEntry",

@@ -29,7 +29,7 @@ import re
 
 from .dataflow import USE, dataflow
 from .op_graph import ASSIGN_OPS, inert, input_is_variable, is_apply_op, is_fused_batch_norm
-from .roles import Roles
+from .roles import Roles, by_role
 from .training_state import training_state
 
 _MOVING_AVERAGE_ASSIGNS = frozenset({"AssignSub", "AssignSubVariableOp"})
@@ -107,14 +107,8 @@ def roles_from_graph(catalog, trainable: frozenset, global_steps: frozenset) -> 
     averages -= trainable | optimizer_state
 
     return Roles(
-        by_role={
-            "slot": frozenset(optimizer_state),
-            "optimizer": frozenset(optimizer_own),
-            "bn_stat": frozenset(bn_stats),
-            "average": frozenset(averages),
-            "global_step": steps,
-            "loss_scale": frozenset(loss_scale),
-        },
+        by_role=by_role({"slot": set(slot_of), "optimizer": optimizer_own, "bn_stat": bn_stats, "average": averages,
+                         "global_step": steps, "loss_scale": loss_scale}),
         slot_of={k: v for k, v in slot_of.items() if v is not None},
         average_of=average_of,
         training_updates=state.training_updates,

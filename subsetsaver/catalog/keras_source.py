@@ -24,7 +24,7 @@ import sys
 from .. import tf_internals
 from ..formats import npz
 from .records import GLOBAL_VARIABLES, TRAINABLE_VARIABLES, Catalog, CatalogEntry
-from .roles import Roles
+from .roles import Roles, by_role, named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +110,8 @@ def read(model, optimizer=None) -> KerasVariables:
         "optimizer": [n for n in variables if owner[n] == "optimizer"],
     }
     roles = Roles(
-        by_role={
-            "slot": frozenset(slot_of) | frozenset(optimizer_own),
-            "optimizer": frozenset(optimizer_own),
-            "bn_stat": frozenset(bn_stats),
-            "average": frozenset(),
-            "global_step": frozenset(steps),
-        },
+        by_role=by_role({"slot": set(slot_of), "optimizer": optimizer_own, "bn_stat": bn_stats, "global_step": steps,
+                         "hyperparameter": named("hyperparameter", optimizer_own)}),
         slot_of=slot_of,
         average_of={},
     )

@@ -19,7 +19,7 @@ import functools
 import math
 
 from ..formats.tf import bundle
-from .roles import Roles, roles_from_names
+from .roles import Roles, labels, roles_from_names
 
 GLOBAL_VARIABLES = "variables"
 LOCAL_VARIABLES = "local_variables"
@@ -166,9 +166,7 @@ class Catalog:
 
     def collection(self, key) -> frozenset:
         if key == TRAINABLE_VARIABLES and self.kind == "checkpoint":
-            return self.all_names - self.role("slot") - self.role("bn_stat") - self.role("average") - self.role(
-                "global_step"
-            )
+            return self.all_names.difference(*self.roles.by_role.values())  # every role is something else
         found = self._collections.get(key)
         if found is None:
             found = self._collections[key] = frozenset(self._collection_names.get(key, ()))
@@ -283,7 +281,7 @@ class Catalog:
             records = []
             for name in self.ordered_names:
                 entry = self._entries[name]
-                kinds = {role for role, names in roles.by_role.items() if name in names}
+                kinds = labels({role for role, names in roles.by_role.items() if name in names})
                 if len(entry.parts) > 1:
                     kinds.add("partitioned")
                 records.append(

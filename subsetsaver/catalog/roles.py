@@ -1,6 +1,7 @@
 """What each variable is for: optimizer state, batch-norm statistic, moving average, step, loss scale.
 
-:class:`Roles` holds the answer. A graph's roles come from what its dataflow means, not from
+Every role is declared once, in :data:`ROLE_TABLE` (its name, its selector, what it means, the names
+TensorFlow gives it); everything else reads the table. :class:`Roles` holds the answer. A graph's roles come from what its dataflow means, not from
 names or idioms (:mod:`~subsetsaver.catalog.dataflow_roles`). Only a checkpoint without a graph
 falls back to the well-known names, and says so (:func:`roles_from_names`). An object-based
 checkpoint (``tf.train.Checkpoint``, Keras ``save_weights``) needs no names: its object graph
@@ -25,8 +26,6 @@ import warnings
 from ..errors import SubsetSaverWarning
 from ..formats.tf import object_graph
 
-ROLES = ("slot", "optimizer", "bn_stat", "average", "global_step", "loss_scale")
-
 # tf.compat.v1.train optimizers' slots are VARIABLE/OPTIMIZER_NAME[_N]: Adam's m and v are VAR/Adam and VAR/Adam_1;
 # tensor2tensor's Adafactor makes VAR/Adafactor (m), then VAR/Adafactor_1 and _2 (the factored vr and vc) or
 # VAR/Adafactor_1 (v); tf.contrib.opt's AdaMax, AdamW, MomentumW, LARS, AddSign, PowerSign, GGT and Shampoo likewise.
@@ -45,8 +44,12 @@ _HANDWRITTEN_SLOT_NAME = re.compile(r"/(adam_m|adam_v|lamb_m|lamb_v|adafactor_m|
 _KERAS_OPTIMIZERS = r"(Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Nadam|Ftrl)"
 _KERAS_SLOT_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/(?P<variable>.+)/(m|v|vhat|momentum|rms|mg|"
                               r"accumulator|delta_accumulator|linear)$")
-_KERAS_OWN_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/(beta_1|beta_2|learning_rate|decay|rho|epsilon|"
-                             r"momentum|initial_accumulator_value)$")
+# Mesh TensorFlow's Adafactor: VARIABLE_slot_v, or the factored VARIABLE_slot_vr and VARIABLE_slot_vc
+_MESH_SLOT_NAME = re.compile(r"_slot_(vr|vc|v)$")
+# Optimizers' hyperparameters kept as variables: legacy Keras's OPTIMIZER/learning_rate, Keras 3's adam/learning_rate
+_HYPERPARAMETER_NAME = re.compile(r"(?i)^(training/)?(adam|sgd|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|adamw|lion|"
+                                  r"adafactor|lamb)(_\d+)?/(beta_1|beta_2|learning_rate|decay|rho|epsilon|momentum|"
+                                  r"initial_accumulator_value|weight_decay)$")
 _KERAS_STEP_NAME = re.compile(rf"^(training/)?{_KERAS_OPTIMIZERS}/iter$")
 _OPTIMIZER_NAME = re.compile(r"(^|/)(beta1_power|beta2_power)(_\d+)?$")
 _EMA_NAME = re.compile(r"/ExponentialMovingAverage(_\d+)?$")
@@ -54,6 +57,7 @@ _BN_NAME = re.compile(r"(^|/)(moving_mean|moving_variance)(/|$)")
 # tf.compat.v1.mixed_precision's dynamic loss scale; tf.contrib.mixed_precision's ExponentialUpdateLossScaleManager
 # (loss_scale, good_steps, bad_steps)
 _LOSS_SCALE_NAME = re.compile(r"(^|/)(current_loss_scale|good_steps|bad_steps|loss_scale)(_\d+)?$")
+_GLOBAL_STEP_NAME = re.compile(r"(^|/)global_step$")
 _BN_ATTRIBUTES = frozenset({"moving_mean", "moving_variance"})  # Keras BatchNormalization's statistics
 # What looks like optimizer state to a reader, whether or not a role family above knows it: a path segment naming
 # an optimizer or an accumulator, a hand-written moment, an object-based checkpoint's slot path.
@@ -61,6 +65,71 @@ _OPTIMIZER_LOOKING = re.compile(
     r"(?i)(^|/)(adam\w*|adafactor\w*|lamb\w*|lars\w*|momentum\w*|adagrad\w*|adadelta|rmsprop|ftrl|nadam|yogi|lion|"
     r"sgd|optimizer|accum|accumulator|grad_acc|beta[12]_power)(_\d+)?(/|$)|\.OPTIMIZER_SLOT"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """One thing a variable can be for, declared once.
+
+    ``name``: as catalogs, files and ``--json`` say it; ``selector``: the DSL function that selects it
+    (None: none of its own); ``meaning``: what it is, in the words of ``inspect`` and the audit;
+    ``names``: the patterns of the names TensorFlow gives it, for a checkpoint without a graph;
+    ``part_of``: the role that holds it too (an optimizer's own variables are optimizer state);
+    ``hides``: roles it is part of that a variable of it is never labeled with (a hyperparameter is the
+    optimizer's, so ``slots()`` selects it, yet it is no slot);
+    ``optimizer_state``: the audit counts it as the optimizer's, never as a forgotten statistic;
+    ``weight``: a model weight may have it (the Keras bridge loads it into the model).
+    """
+
+    name: str
+    selector: str | None
+    meaning: str
+    names: tuple = ()
+    part_of: str | None = None
+    hides: tuple = ()
+    optimizer_state: bool = False
+    weight: bool = False
+
+
+ROLE_TABLE = (
+    Role("slot", "slots", "optimizer state: slots and the optimizer's own state",
+         (_SLOT_NAME, _HANDWRITTEN_SLOT_NAME, _KERAS_SLOT_NAME, _ACCUMULATOR_NAME, _MESH_SLOT_NAME),
+         optimizer_state=True),
+    Role("optimizer", None, "the optimizer's own variable", (_OPTIMIZER_NAME, _ACCUMULATION_OWN_NAME),
+         part_of="slot", optimizer_state=True),
+    Role("hyperparameter", None, "an optimizer's hyperparameter held in a variable (the optimizer's, no slot)",
+         (_HYPERPARAMETER_NAME,), part_of="optimizer", hides=("slot",), optimizer_state=True),
+    Role("bn_stat", "bn_stats", "batch-norm statistic", (_BN_NAME,), weight=True),
+    Role("average", "averages", "moving-average shadow", (_EMA_NAME,)),
+    Role("global_step", "global_step", "step counter", (_KERAS_STEP_NAME, _GLOBAL_STEP_NAME), optimizer_state=True),
+    Role("loss_scale", None, "loss-scale state", (_LOSS_SCALE_NAME,), part_of="slot"),
+)
+ROLES = tuple(role.name for role in ROLE_TABLE)
+BY_NAME = {role.name: role for role in ROLE_TABLE}
+
+
+def named(role, names) -> set:
+    """The ``names`` that ``role``'s name patterns in :data:`ROLE_TABLE` match."""
+    patterns = BY_NAME[role].names
+    return {n for n in names if any(pattern.search(n) for pattern in patterns)}
+
+
+def by_role(found) -> dict:
+    """Role -> frozenset of names for every role of :data:`ROLE_TABLE`, from ``found`` (role -> names, any missing):
+    each role's names go into the role it is ``part_of`` (transitively)."""
+    members = {role.name: set(found.get(role.name, ())) for role in ROLE_TABLE}
+    for role in ROLE_TABLE:
+        holder = role.part_of
+        while holder is not None:
+            members[holder] |= members[role.name]
+            holder = BY_NAME[holder].part_of
+    return {name: frozenset(names) for name, names in members.items()}
+
+
+def labels(roles) -> set:
+    """The roles a variable that is in ``roles`` is labeled with: all of them but those a role of it ``hides``."""
+    hidden = {hidden for role in roles if role in BY_NAME for hidden in BY_NAME[role].hides}
+    return set(roles) - hidden
 
 
 @dataclasses.dataclass
@@ -76,44 +145,39 @@ class Roles:
 
 
 def roles_from_names(names) -> Roles:
-    """Fallback for a checkpoint without a graph: the names TensorFlow gives these variables."""
-    slot_of = {n: _SLOT_NAME.sub("", n) for n in names if _SLOT_NAME.search(n)}
-    slot_of.update((n, _HANDWRITTEN_SLOT_NAME.sub("", n)) for n in names if _HANDWRITTEN_SLOT_NAME.search(n))
-    slot_of.update((n, match["variable"]) for n in names for match in [_KERAS_SLOT_NAME.match(n)] if match)
-    slot_of.update((n, match["variable"]) for n in names for match in [_ACCUMULATOR_NAME.match(n)] if match)
-    slots = set(slot_of)
-    optimizer_own = {n for n in names if _OPTIMIZER_NAME.search(n) or _KERAS_OWN_NAME.match(n)
-                     or _ACCUMULATION_OWN_NAME.search(n)}
-    averages = {n for n in names if _EMA_NAME.search(n)}
-    bn_stats = {n for n in names if _BN_NAME.search(n) or (n in averages and "/moments/" in n)}
-    steps = {n for n in names if n == "global_step" or n.endswith("/global_step") or _KERAS_STEP_NAME.match(n)}
-    loss_scale = {n for n in names if _LOSS_SCALE_NAME.search(n)}
+    """Fallback for a checkpoint without a graph: the names TensorFlow gives these variables (each role's
+    ``names`` in :data:`ROLE_TABLE`)."""
+    found = {role.name: named(role.name, names) for role in ROLE_TABLE}
+    found["bn_stat"] |= {n for n in found["average"] if "/moments/" in n}  # EMAs of batch moments
     return Roles(
-        by_role={
-            "slot": frozenset(slots | optimizer_own | loss_scale),
-            "optimizer": frozenset(optimizer_own),
-            "bn_stat": frozenset(bn_stats),
-            "average": frozenset(averages),
-            "global_step": frozenset(steps),
-            "loss_scale": frozenset(loss_scale),
-        },
-        slot_of=slot_of,
-        average_of={n: _EMA_NAME.sub("", n) for n in averages if "/moments/" not in n},
+        by_role=by_role(found),
+        slot_of=_slot_owners(names),
+        average_of={n: _EMA_NAME.sub("", n) for n in found["average"] if "/moments/" not in n},
         from_names=True,
     )
+
+
+def _slot_owners(names) -> dict:
+    """Slot name -> the name of its variable, for the slot names the name families know."""
+    slot_of = {n: _SLOT_NAME.sub("", n) for n in names if _SLOT_NAME.search(n)}
+    slot_of.update((n, _HANDWRITTEN_SLOT_NAME.sub("", n)) for n in names if _HANDWRITTEN_SLOT_NAME.search(n))
+    slot_of.update((n, _MESH_SLOT_NAME.sub("", n)) for n in names if _MESH_SLOT_NAME.search(n))
+    slot_of.update((n, match["variable"]) for n in names for match in [_KERAS_SLOT_NAME.match(n)] if match)
+    slot_of.update((n, match["variable"]) for n in names for match in [_ACCUMULATOR_NAME.match(n)] if match)
+    return slot_of
 
 
 def roles_from_object_graph(graph, names) -> Roles:
     """Roles of an object-based checkpoint's tensors from its object graph (a
     :class:`~subsetsaver.formats.tf.object_graph.ObjectGraph`); ``names``: key -> catalog name.
     Slots are ``slot`` with ``slot_of`` the catalog name of their variable; an iteration counter is
-    ``global_step``; hyperparameters are ``optimizer`` and ``slot``, as TF1's beta powers are.
+    ``global_step``; hyperparameters are ``hyperparameter`` (and so ``optimizer``), never ``slot``.
 
     roles = roles_from_object_graph(graph, {key: name, ...})
     roles.slot_of['Adam/dense/kernel/m']
     # 'dense/kernel'
     """
-    slots, own, steps, bn_stats, slot_of = set(), set(), set(), set(), {}
+    slots, hyperparameters, steps, bn_stats, slot_of = set(), set(), set(), set(), {}
     for key, tensor in graph.tensors.items():
         name = names.get(key)
         if name is None:
@@ -123,23 +187,13 @@ def roles_from_object_graph(graph, names) -> Roles:
             if tensor.slot_of in names:
                 slot_of[name] = names[tensor.slot_of]
         elif tensor.role == object_graph.HYPERPARAMETER:
-            own.add(name)
+            hyperparameters.add(name)
         elif tensor.role == object_graph.ITERATIONS:
             steps.add(name)
         elif _BN_ATTRIBUTES & set(tensor.local_names):
             bn_stats.add(name)
-    return Roles(
-        by_role={
-            "slot": frozenset(slots | own),
-            "optimizer": frozenset(own),
-            "bn_stat": frozenset(bn_stats),
-            "average": frozenset(),
-            "global_step": frozenset(steps),
-            "loss_scale": frozenset(),
-        },
-        slot_of=slot_of,
-        average_of={},
-    )
+    found = {"slot": slots, "hyperparameter": hyperparameters, "bn_stat": bn_stats, "global_step": steps}
+    return Roles(by_role=by_role(found), slot_of=slot_of, average_of={})
 
 
 def warn_missed_optimizer_state(cat, selector, kept, source, *, stacklevel=2) -> tuple:

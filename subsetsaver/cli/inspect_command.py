@@ -40,7 +40,7 @@ def inspect_command(checkpoint, keep, values_of, stats, as_json):
         top = record.name.split("/", 1)[0] if "/" in record.name else "(root)"
         count, nbytes = scopes.get(top, (0, 0))
         scopes[top] = (count + 1, nbytes + record.nbytes)
-    optimizer = [r for r in records if "slot" in r.roles]
+    optimizer = [r for r in records if r.name in cat.role("slot")]  # what slots() selects: hyperparameters too
     total = sum(r.nbytes for r in records)
     manifest = subset_manifest.read_manifest(source)
     statistics = _statistics(source, records) if stats else None

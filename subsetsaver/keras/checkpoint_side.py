@@ -55,7 +55,7 @@ _KERAS_ALGORITHMS = {"Adam": ("Adam", "AdamW"), "Momentum": ("SGD",), "Adagrad":
                      "RMSProp": ("RMSprop",), "Adadelta": ("Adadelta",), "Ftrl": ("Ftrl",)}
 _NUMBERED = re.compile(r"^(?P<base>.*?)(_(?P<number>\d+))?$")
 _STEP_ROLES = ("global_step", "step")
-_NEVER_WEIGHTS = ("average", "loss_scale")
+_NEVER_WEIGHTS = tuple(role.name for role in catalog_module.ROLE_TABLE if not role.weight)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ import time
 import warnings
 import weakref
 
-from .. import storage, tf_internals
+from .. import storage, tf_internals, workers
 from ..errors import SubsetSaverWarning
 from ..formats.tf import bundle, checkpoint_state
 from .npz_backend import NpzBackend
@@ -183,7 +183,7 @@ class SnapshotQueues:
 
         with self._lock:
             self._current = pending
-        threading.Thread(target=work, name="subsetsaver-save", daemon=False).start()
+        workers.thread(work, "subsetsaver-save")
         return pending
 
     def record(self, seconds, nbytes):

@@ -22,11 +22,10 @@ Example::
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import weakref
 
-from .. import tf_internals
+from .. import tf_internals, workers
 from ..errors import RestoreOpsMissingError
 from ..formats import npz
 from .npz_layout import joined, part_slices
@@ -125,7 +124,7 @@ class SaveFetches:
                 return None  # the save was abandoned
             return self._taken(index, sess.run(self.runs[index][0]), prepared)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+        with workers.scoped_pool(1, "subsetsaver-fetch") as worker:
             try:
                 upcoming = worker.submit(fetched, 1) if len(self.runs) > 1 else None
                 current, first = first, None  # the argument would keep the first run alive to the end

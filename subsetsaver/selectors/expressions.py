@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from typing import Iterable
 
 from .. import catalog as catalog_module
@@ -277,35 +278,28 @@ class Regex(_Leaf):
         return _matching(catalog, self, regex_selector(self.pattern))
 
 
+# Role -> its selector's name, from the catalog's one table of roles.
+_ROLE_SELECTORS = {role.name: role.selector for role in catalog_module.ROLE_TABLE if role.selector}
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
-class _Role(_Leaf):
-    role = ""
+class RoleSelector(_Leaf):
+    """The variables of one role of :data:`subsetsaver.catalog.ROLE_TABLE`: ``slots()``, ``bn_stats()``, ..."""
+
+    role: str
+
+    @property
+    def keyword(self) -> str:
+        return _ROLE_SELECTORS[self.role]
+
+    def arguments(self) -> tuple:
+        return ()
 
     def evaluate(self, catalog):
         return catalog.role(self.role)
 
     def _source_note(self, catalog):
         return catalog.role_note(self.role)
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class Slots(_Role):
-    keyword, role = "slots", "slot"
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class BnStats(_Role):
-    keyword, role = "bn_stats", "bn_stat"
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class Averages(_Role):
-    keyword, role = "averages", "average"
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class GlobalStep(_Role):
-    keyword, role = "global_step", "global_step"
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -450,23 +444,24 @@ def regex(pattern: str) -> Selector:
 
 
 def slots() -> Selector:
-    """Optimizer state: slot variables and the optimizer's own variables, found from its update ops."""
-    return Slots()
+    """Optimizer state: slot variables and the optimizer's own variables (its hyperparameters too),
+    found from its update ops."""
+    return RoleSelector("slot")
 
 
 def bn_stats() -> Selector:
     """Batch-norm statistics (moving mean/variance, moving averages of batch moments)."""
-    return BnStats()
+    return RoleSelector("bn_stat")
 
 
 def averages() -> Selector:
     """ExponentialMovingAverage shadow variables."""
-    return Averages()
+    return RoleSelector("average")
 
 
 def global_step() -> Selector:
     """The global step variable."""
-    return GlobalStep()
+    return RoleSelector("global_step")
 
 
 def variables(vars_or_names: Iterable) -> Selector:
@@ -511,10 +506,7 @@ BUILTINS = {
     "scope": (scope, 1),
     "name": (name, 1),
     "regex": (regex, 1),
-    "slots": (slots, 0),
-    "bn_stats": (bn_stats, 0),
-    "averages": (averages, 0),
-    "global_step": (global_step, 0),
+    **{keyword: (functools.partial(RoleSelector, role), 0) for role, keyword in _ROLE_SELECTORS.items()},
     "variables": (lambda *names: variables(names), None),
 }
 """Built-in name -> (constructor, number of string arguments; None means one or more)."""

@@ -75,7 +75,7 @@ def backend(path):
         return fsspec_backends.backend_for(protocol)
     if not load(__name__, OTHER_SCHEMES[0]).tensorflow_serves(protocol):
         raise RemoteStorageError(f"no file system serves '{clipped(os.fspath(path))}'", os.fspath(path),
-                                 fsspec_backends.install_fix(protocol))
+                                 load(__name__, ".remote_errors").install_fix(protocol))
     return load(__name__, *OTHER_SCHEMES)
 
 

@@ -36,6 +36,8 @@ import errno
 import os
 import threading
 
+from .. import workers
+
 BLOCK = 4096  # offsets, lengths and memory of O_DIRECT transfers are multiples of this
 STAGE_BYTES = 4 << 20  # bytes written past the page cache at a time (two stages a file being written)
 SPAN_BYTES = 2 << 20  # bytes of a large read past the page cache that one request reads
@@ -81,26 +83,14 @@ def _let_go(buffer):
             idle.append(buffer)
 
 
-_pools = {}  # thread name prefix -> its pool, started on first use
-_threads_lock = threading.Lock()  # guards starting them
-
-
-def _threads(name, count):
-    """The pool of ``count`` threads named ``name``: started once, shared by every file."""
-    with _threads_lock:
-        if name not in _pools:
-            _pools[name] = concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix=name)
-        return _pools[name]
-
-
 def _writing_thread():
     """The one thread that writes full stages while the caller fills the next."""
-    return _threads("subsetsaver-direct", 1)
+    return workers.shared_pool("subsetsaver-direct", 1)
 
 
 def _reading_threads():
     """The threads that read spans past the page cache while the caller waits for them."""
-    return _threads("subsetsaver-direct-read", READS_IN_FLIGHT)
+    return workers.shared_pool("subsetsaver-direct-read", READS_IN_FLIGHT)
 
 
 def _write_all(direct, buffered, data, offset):

@@ -19,7 +19,6 @@ Example::
 """
 
 import collections
-import concurrent.futures
 import contextlib
 import errno
 import os
@@ -30,6 +29,7 @@ import stat
 import threading
 import uuid
 
+from .. import workers
 from ..errors import CheckpointNotFoundError, CheckpointWriteError, CorruptCheckpointError
 from . import direct_io
 from .contract import RangeReader, StorageBackend
@@ -372,17 +372,12 @@ def _open_replaced(path):
 # Work left to the background
 # ---------------------------------------------------------------------------------
 
-_executor = None
-_executor_lock = threading.Lock()
+_BACKGROUND = "subsetsaver-npz"
 
 
 def _background():
     """One worker thread for work a save need not wait for (see _LocalFileSink)."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="subsetsaver-npz")
-        return _executor
+    return workers.shared_pool(_BACKGROUND, 1)
 
 
 def finish_background_work() -> None:
@@ -390,8 +385,9 @@ def finish_background_work() -> None:
 
     write_bytes('model.npz', data); finish_background_work()
     """
-    if _executor is not None:
-        _executor.submit(lambda: None).result()
+    pool = workers.started(_BACKGROUND)
+    if pool is not None:
+        pool.submit(lambda: None).result()
 
 
 # ---------------------------------------------------------------------------------

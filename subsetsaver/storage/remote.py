@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import concurrent.futures
 import contextlib
 import datetime
 import io
@@ -39,9 +38,17 @@ import tempfile
 import threading
 import time
 
-from .. import bounded_json
-from ..errors import CheckpointWriteError, CorruptCheckpointError, RemoteStorageError, SubsetSaverError
-from . import remote_ranges
+from .. import bounded_json, workers
+from ..errors import (
+    CheckpointNotFoundError,
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    RemoteStorageError,
+    StoreUnreachableError,
+    SubsetSaverError,
+    clipped,
+)
+from . import limits, remote_errors, remote_ranges
 from .contract import RangeReader, StorageBackend
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
@@ -58,19 +65,6 @@ MEMO_OBJECT_BYTES = 4 << 20
 LOCK_NAME = ".subsetsaver-writer.lock"
 """The lock object a writer creates in a checkpoint directory of an object store."""
 
-EXTRAS = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
-CREDENTIALS = {
-    "gcs": "gcsfs reads GOOGLE_APPLICATION_CREDENTIALS (a service-account key file), the credentials of "
-           "'gcloud auth application-default login', or the metadata server on Google Cloud "
-           "(STORAGE_EMULATOR_HOST points it at an emulator); check them and the bucket's permissions",
-    "s3": "s3fs (botocore) reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN), "
-          "AWS_PROFILE and ~/.aws/credentials, or an instance role (AWS_ENDPOINT_URL points it at another "
-          "S3-compatible store); check them and the bucket's permissions",
-}
-_CREDENTIAL_SIGNS = ("credential", "forbidden", "accessdenied", "access denied", "invalidaccesskeyid",
-                     "signaturedoesnotmatch", "unauthorized", "401", "403", "expiredtoken", "invalid_grant")
-
-
 _backends = {}
 _backends_lock = threading.Lock()
 
@@ -78,23 +72,13 @@ _backends_lock = threading.Lock()
 def serves(protocol) -> bool:
     """Whether URLs of ``protocol`` go through fsspec: Cloud Storage and S3 always (a missing client library
     is then a clear error), any other protocol fsspec knows when fsspec is installed."""
-    if protocol in EXTRAS:
+    if protocol in remote_errors.EXTRAS:
         return True
     try:
         from fsspec.registry import known_implementations, registry
     except ImportError:
         return False
     return protocol in known_implementations or protocol in registry
-
-
-def install_fix(protocol) -> str:
-    """What to install for URLs of ``protocol``: the extra of Cloud Storage and S3, else fsspec and the
-    package of its implementation."""
-    extra = EXTRAS.get(protocol)
-    if extra:
-        return f"install the client library: pip install 'subsetsaver[{extra}]'"
-    return (f"install fsspec (pip install fsspec), which serves '{protocol}://' itself or through the package "
-            "its documentation names (adlfs for az://, ...)")
 
 
 def backend_for(protocol) -> RemoteStorage:
@@ -113,59 +97,73 @@ class RemoteStorage(StorageBackend):
     def __init__(self, protocol: str):
         self.protocol = protocol
         self._filesystem = None
+        self._limits = None  # those the file system was made with
+        self._buckets = set()  # buckets seen to exist
+        self._versions = {}  # URL -> its version when a reader opened it
         self._lock = threading.Lock()
         self._held = {}  # directory URL -> URL of the lock object this process created there
-        self._executor = None  # threads for file systems without an event loop (memory://)
         self._memo = {}  # (question, URL) -> (monotonic time asked, answer); see METADATA_FRESH_SECONDS
 
     @property
     def filesystem(self):
-        """The fsspec file system, made on first use (listings are never cached: other processes write too)."""
-        if self._filesystem is None:
-            with self._translated(f"{self.protocol}://", "open a connection to"):
+        """The fsspec file system with the time-outs of :mod:`~subsetsaver.storage.limits`."""
+        return self._connect(f"{self.protocol}://")
+
+    def _connect(self, url):
+        """The file system, made on first use (its failure named by ``url``, the object asked for) and again
+        when the limits change (listings are never cached: other processes write too)."""
+        chosen = limits.current()
+        if self._filesystem is None or self._limits != chosen:
+            with remote_errors.translated(self.protocol, url, "connect to the store for"):
                 import fsspec
 
-                self._filesystem = fsspec.filesystem(self.protocol, use_listings_cache=False)
+                limits.quiet_clients()
+                self._filesystem = limits.within_budget(  # gcsfs may look for credentials on the network
+                    fsspec.filesystem, self.protocol, use_listings_cache=False, budget=chosen.budget,
+                    **chosen.client_options(self.protocol))
+                self._limits = chosen
         return self._filesystem
+
+    def _call(self, url, action, method, *args, absent_is_error=False, **kwargs):
+        """``filesystem.method(*args, **kwargs)`` within the retry budget, its errors as the library's."""
+        with remote_errors.translated(self.protocol, url, action, absent_is_error):
+            return limits.within_budget(getattr(self._connect(url), method), *args, budget=limits.current().budget,
+                                        **kwargs)
 
     def exists(self, path) -> bool:
         return self._info(path) is not None
 
     def is_directory(self, path) -> bool:
-        def ask():
-            with self._translated(path, "look for"):
-                return bool(self.filesystem.isdir(path))
-        return self._remembered("is_directory", path, ask)
+        return self._remembered("is_directory", path, lambda: bool(self._call(path, "look for", "isdir", path)))
 
     def list_directory(self, directory) -> list:
         """The base names in ``directory``, sorted; FileNotFoundError when nothing is there."""
-        with self._translated(directory, "list"):
-            entries = self.filesystem.ls(directory, detail=False)
+        entries = self._call(directory, "list", "ls", directory, detail=False)
         return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
 
     def size(self, path) -> int:
         """The object's length in bytes; FileNotFoundError when there is none."""
         info = self._info(path)
         if info is None:
-            raise FileNotFoundError(f"no object '{path}'")
+            raise CheckpointNotFoundError(f"no object '{path}'", path=path)
         if info.get("type") == "directory":
-            raise FileNotFoundError(f"'{path}' is a directory, not an object")
+            raise CheckpointNotFoundError(f"'{path}' is a directory, not an object", path=path)
         return int(info["size"])
 
     def read_bytes(self, path, limit=None) -> bytes:
         """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""
         if limit is None:
             def ask():
-                with self._translated(path, "read"):
-                    data = self.filesystem.cat_file(path)
+                data = self._call(path, "read", "cat_file", path)
                 return data if len(data) <= MEMO_OBJECT_BYTES else _Unremembered(data)
             data = self._remembered("read_bytes", path, ask)
             return data.value if isinstance(data, _Unremembered) else data
         if limit <= 0:
             return b""
         try:
-            with self._translated(path, "read"):
-                return self.filesystem.cat_file(path, start=0, end=int(limit))
+            return self._call(path, "read", "cat_file", path, start=0, end=int(limit))
+        except StoreUnreachableError:
+            raise
         except RemoteStorageError:
             if self.size(path) == 0:  # S3 answers a range of an empty object with an error
                 return b""
@@ -197,12 +195,10 @@ class RemoteStorage(StorageBackend):
         with RemoteStorage("s3").replacing("s3://bucket/run/model.ckpt-5.index") as sink:
             sink.write(index_bytes)
         """
-        with self._translated(path, "start writing", absent_is_error=True):
-            sink = _UploadSink(self.filesystem, path)
+        sink = _UploadSink(self, path)
         try:
             yield sink
-            with self._translated(path, "finish writing", absent_is_error=True):
-                sink.finish()
+            sink.finish()
         except BaseException:
             sink.discard()
             raise
@@ -227,8 +223,7 @@ class RemoteStorage(StorageBackend):
     def remove_tree(self, directory) -> None:
         """Delete every object under ``directory``; nothing to do when there is none."""
         try:
-            with self._translated(directory, "remove"):
-                self.filesystem.rm(directory.rstrip("/"), recursive=True)
+            self._call(directory, "remove", "rm", directory.rstrip("/"), recursive=True)
         except FileNotFoundError:
             pass
         finally:
@@ -245,15 +240,13 @@ class RemoteStorage(StorageBackend):
 
     def modified(self, path) -> int:
         """When the object was last written, in nanoseconds since the epoch; FileNotFoundError when absent."""
-        with self._translated(path, "look for"):
-            when = self.filesystem.modified(path)
+        when = self._call(path, "look for", "modified", path)
         return int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else int(when)
 
     def remove(self, path) -> None:
         """Delete the object; nothing to do when it is absent."""
         try:
-            with self._translated(path, "remove"):
-                self.filesystem.rm_file(path)
+            self._call(path, "remove", "rm_file", path)
         except FileNotFoundError:
             pass
         finally:
@@ -274,8 +267,7 @@ class RemoteStorage(StorageBackend):
                                  "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
             for attempt in range(2):
                 try:
-                    with self._translated(lock_url, "create the writer lock"):
-                        self._create_exclusively(lock_url, holder.encode())
+                    self._create_exclusively(lock_url, holder.encode())
                     break
                 except FileExistsError:
                     other = self._holder(lock_url)
@@ -302,11 +294,23 @@ class RemoteStorage(StorageBackend):
         """fsspec's ``info`` of ``path``, or None when nothing is there; remembered (see METADATA_FRESH_SECONDS)."""
         def ask():
             try:
-                with self._translated(path, "look for"):
-                    return self.filesystem.info(path)
+                return self._call(path, "look for", "info", path)
             except FileNotFoundError:
+                self._check_bucket(path)
                 return None
         return self._remembered("info", path, ask)
+
+    def _check_bucket(self, path):
+        """RemoteStorageError when the bucket of ``path`` (gs://, s3://) does not exist: a missing object is then
+        named as a missing bucket. Asked when an object is absent, once per bucket that exists."""
+        bucket = path.partition("://")[2].split("/", 1)[0]
+        if self.protocol not in remote_errors.EXTRAS or bucket in self._buckets:
+            return
+        root = f"{self.protocol}://{bucket}"
+        if not self._call(path, "look for", "exists", root):
+            raise RemoteStorageError(f"cannot look for '{path}': the bucket '{bucket}' does not exist", path,
+                                     remote_errors.MISSING_BUCKET)
+        self._buckets.add(bucket)
 
     def _remembered(self, question, path, ask):
         """The answer to ``question`` about ``path``: a fresh one remembered, else ``ask()`` (and remember it).
@@ -328,12 +332,15 @@ class RemoteStorage(StorageBackend):
         self._memo.clear()
 
     def _create_exclusively(self, path, data):
-        try:
-            self.filesystem.pipe_file(path, data, mode="create")
-        except TypeError:  # a file system without conditional writes: a check, then a write
-            if self.filesystem.exists(path):
-                raise FileExistsError(path) from None
-            self.filesystem.pipe_file(path, data)
+        budget = limits.current().budget
+        filesystem = self._connect(path)
+        with remote_errors.translated(self.protocol, path, "create the writer lock", absent_is_error=True):
+            try:
+                limits.within_budget(filesystem.pipe_file, path, data, mode="create", budget=budget)
+            except TypeError:  # a file system without conditional writes: a check, then a write
+                if limits.within_budget(filesystem.exists, path, budget=budget):
+                    raise FileExistsError(path) from None
+                limits.within_budget(filesystem.pipe_file, path, data, budget=budget)
 
     def _holder(self, lock_url):
         try:
@@ -356,9 +363,12 @@ class RemoteStorage(StorageBackend):
                 yield from self._in_parts(path, batch)
                 batch = []
                 try:
-                    with self._translated(path, "read"):
+                    with remote_errors.translated(self.protocol, path, "read"):
                         yield from remote_ranges.stream_run(self.filesystem, opener, path, run, self._ended_early)
-                except RemoteStorageError:  # a range past the end is refused, not cut short; else the
+                except RemoteStorageError as error:  # a range past the end is refused, not cut short; else the
+                    if remote_errors.timed_out(error.__cause__):  # a store that stopped sending had its time: no second wait
+                        raise
+                    self._check_replaced(path)
                     self._check_reaches(path, run[-1].end)  # stream broke: parts (with retries) read the rest
                     yield from self._in_parts(path, [block for block in run if not block.handed_out])
             else:
@@ -394,17 +404,20 @@ class RemoteStorage(StorageBackend):
         if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
             import asyncio  # loaded with the first remote read, not by every command
 
-            return asyncio.run_coroutine_threadsafe(filesystem._cat_file(path, start=start, end=end),
-                                                    filesystem.loop)
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(MAX_REQUESTS, thread_name_prefix="subsetsaver-read")
-        return self._executor.submit(filesystem.cat_file, path, start=start, end=end)
+            budget = limits.current().budget
+            return asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
+        requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
+        return requests.submit(filesystem.cat_file, path, start=start, end=end)
 
     def _result(self, path, future, start, end):
         try:
-            with self._translated(path, "read"):
+            with remote_errors.translated(self.protocol, path, "read"):
                 data = future.result()
+        except StoreUnreachableError:
+            raise
         except SubsetSaverError:
+            self._check_replaced(path)
             self._check_reaches(path, end)
             raise
         if len(data) != end - start:
@@ -412,9 +425,29 @@ class RemoteStorage(StorageBackend):
         return data
 
     def _ended_early(self, path, position, end):
+        self._check_replaced(path)
         self._check_reaches(path, end)
         raise CorruptCheckpointError(f"'{path}' ended at byte {position} while bytes up to {end} were read; the "
                                      "object changed while it was read: read it again")
+
+    def opened(self, path) -> int:
+        """The size of ``path``, its version (generation, ETag) noted: a read that fails later names the
+        object as replaced when the version has changed since."""
+        size = self.size(path)
+        self._versions[path] = _version(self._info(path))
+        return size
+
+    def _check_replaced(self, path):
+        """Raise, naming ``path``, when it is gone or is no longer the version :meth:`opened` noted (asked anew)."""
+        self._memo.pop(("info", path), None)
+        info = self._info(path)
+        if info is None:
+            raise CheckpointNotFoundError(f"'{path}' was deleted while it was read; its checkpoint was removed or "
+                                          "replaced: read it again", path=path)
+        before, now = self._versions.get(path), _version(info)
+        if before is not None and now is not None and before != now:
+            raise CorruptCheckpointError(f"'{path}' was replaced while it was read (version {clipped(before, 40)} when "
+                                         f"opened, {clipped(now, 40)} now): read the checkpoint again", path=path)
 
     def _check_reaches(self, path, end):
         size = self.size(path)
@@ -423,35 +456,6 @@ class RemoteStorage(StorageBackend):
                 f"'{path}' is {size} bytes long but its index says bytes up to {end} are in it: the object is "
                 "short (an upload that did not finish, or a data file of another checkpoint); write the "
                 "checkpoint again")
-
-    @contextlib.contextmanager
-    def _translated(self, url, action, absent_is_error=False):
-        """Errors of fsspec and the client libraries as RemoteStorageError; FileNotFoundError stays itself
-        unless ``absent_is_error`` (a write's: the bucket is missing)."""
-        try:
-            yield
-        except FileNotFoundError as error:
-            if not absent_is_error:
-                raise
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     "check the bucket's name, or create the bucket first") from error
-        except (FileExistsError, SubsetSaverError, concurrent.futures.CancelledError):
-            raise
-        except ImportError as error:
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     install_fix(self.protocol)) from error
-        except Exception as error:
-            raise RemoteStorageError(f"cannot {action} '{url}': {_first_line(error)}", url,
-                                     self._fix_for(error)) from error
-
-    def _fix_for(self, error):
-        text = f"{type(error).__name__} {error} {getattr(error, 'code', '')}".lower()
-        if isinstance(error, PermissionError) or any(sign in text for sign in _CREDENTIAL_SIGNS):
-            return CREDENTIALS.get(EXTRAS.get(self.protocol), "check the store's credentials and permissions")
-        if "nosuchbucket" in text or "bucket does not exist" in text or "not found" in text:
-            return "check the bucket's name, or create the bucket first"
-        return "check the URL, the network and the store's status, then try again"
-
 
 class RemoteReader(RangeReader):
     """An object read in ranges; ``size`` is asked once, when it is opened.
@@ -463,7 +467,7 @@ class RemoteReader(RangeReader):
 
     def __init__(self, storage, path):
         self.storage, self.path = storage, path
-        self.size = storage.size(path)
+        self.size = storage.opened(path)
 
     def read_into(self, offset, buffer):
         """Fill ``buffer`` (a contiguous writable array) with the bytes from ``offset``; returns it."""
@@ -478,41 +482,51 @@ class RemoteReader(RangeReader):
 
 
 class _UploadSink:
-    """Where ``replacing`` writes: the store's own buffered upload, or a spool sent whole at the end."""
+    """Where ``replacing`` writes: the store's own buffered upload, or a spool sent whole at the end. Each
+    request (a part sent, the upload finished) is bounded by the retry budget, its errors the library's."""
 
-    def __init__(self, filesystem, path):
-        self.filesystem, self.path = filesystem, path
+    def __init__(self, storage, path):
+        self.storage, self.path = storage, path
+        filesystem = self.filesystem = storage._connect(path)
         self.handle = None
         self.spool = None
         if getattr(filesystem, "async_impl", False):  # gcsfs, s3fs, adlfs: uploads in parts, published on close
-            self.handle = filesystem.open(path, "wb", block_size=UPLOAD_BLOCK)
+            self.handle = self._bounded("start writing", filesystem.open, path, "wb", block_size=UPLOAD_BLOCK)
         elif filesystem.protocol in ("memory", ("memory",)):  # its open() would publish an empty object at once
             self.spool = io.BytesIO()
         else:
             self.spool = tempfile.TemporaryFile()
 
+    def _bounded(self, action, function, *args, **kwargs):
+        with remote_errors.translated(self.storage.protocol, self.path, action, absent_is_error=True):
+            return limits.within_budget(function, *args, budget=limits.current().budget, **kwargs)
+
     def write(self, buffer) -> int:
         data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-        return (self.handle or self.spool).write(data)
+        if self.handle is None:
+            return self.spool.write(data)
+        return self._bounded("write", self.handle.write, data)
 
     def finish(self):
         if self.handle is not None:
-            self.handle.close()
+            self._bounded("finish writing", self.handle.close)
         elif isinstance(self.spool, io.BytesIO):
-            self.filesystem.pipe_file(self.path, self.spool.getvalue())
+            self._bounded("finish writing", self.filesystem.pipe_file, self.path, self.spool.getvalue())
         else:
             self.spool.flush()
             self.spool.seek(0)
             with tempfile.NamedTemporaryFile() as staged:
                 shutil.copyfileobj(self.spool, staged)
                 staged.flush()
-                self.filesystem.put_file(staged.name, self.path)
+                self._bounded("finish writing", self.filesystem.put_file, staged.name, self.path)
 
     def discard(self):
-        """Cancel the upload so that nothing appears, and keep the handle from finalizing it when collected."""
+        """Cancel the upload so that nothing appears, and keep the handle from finalizing it when collected.
+        The cancel is waited for at most the connect time-out: when the store is unreachable, it is left to
+        its client (an upload never finished never appears)."""
         if self.handle is not None:
             with contextlib.suppress(Exception):
-                self.handle.discard()
+                limits.within_budget(self.handle.discard, budget=limits.current().connect)
             self.handle.closed = True
         if self.spool is not None:
             self.spool.close()
@@ -544,6 +558,9 @@ def _describe(holder):
     return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')}"
 
 
-def _first_line(error):
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
+def _version(info):
+    """The store's version of an object (Cloud Storage's generation, S3's ETag), or None where it has none."""
+    for field in ("generation", "ETag", "etag"):
+        if info and info.get(field):
+            return str(info[field])
+    return None

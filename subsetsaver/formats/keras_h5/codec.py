@@ -56,8 +56,7 @@ def layer_names(path) -> dict:
         for name, _ in _datasets(path, h5):
             group = name.rpartition("/vars/")[0] if "/vars/" in name else ""
             if group not in found:
-                recorded = h5[name].parent.attrs.get("name")
-                found[group] = recorded.decode("utf-8", "replace") if isinstance(recorded, bytes) else recorded
+                found[group] = _attribute(path, h5[name].parent, "name")
         return {group: name for group, name in found.items() if isinstance(name, str)}
 
 
@@ -185,14 +184,24 @@ def _check_dataset(path, name, dataset, file_size) -> None:
 
 def _dtype_name(path, name, dataset) -> str:
     dtype = dataset.dtype
-    marked = dataset.attrs.get("dtype") if "dtype" in dataset.attrs else None
-    if isinstance(marked, bytes):
-        marked = marked.decode("utf-8", "replace")
+    marked = _attribute(path, dataset, "dtype")
     if marked == "bfloat16" and dtype.itemsize == 2 and dtype.kind in "Vu":
         return "bfloat16"
     if dtype.kind not in _NUMBER_KINDS or dtype.byteorder == ">" or dtype.itemsize > 8:
         raise _corrupt(path, f"tensor '{_shown(name)}' holds {dtype}, not numbers Keras writes")
     return dtype.name
+
+
+def _attribute(path, h5_object, key):
+    """The string attribute ``key`` of a group or dataset, or None (absent, or not a string)."""
+    try:
+        value = h5_object.attrs.get(key)
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as error:
+        raise _corrupt(path, f"'{_shown(h5_object.name or '/')}' has an unreadable attribute "
+                             f"({_first_line(error)})") from None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
 
 
 def _numpy_dtype(name):

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import threading
 import zlib
+
+from ... import workers
 
 CHUNK_BYTES = 8 << 20  # what one reader reads (and checksums) at a time
 READERS = 8  # reads in flight: I/O, not CPU, so more than the cores
@@ -129,16 +130,9 @@ class ParallelReads:
                 yield entry, buffer, future.result()
 
 
-_pool = []
-_pool_lock = threading.Lock()
-
-
 def _readers():
     """The READERS threads every :class:`ParallelReads` shares: started once, not for every array."""
-    with _pool_lock:
-        if not _pool:
-            _pool.append(concurrent.futures.ThreadPoolExecutor(READERS, thread_name_prefix="subsetsaver-reads"))
-        return _pool[0]
+    return workers.shared_pool("subsetsaver-reads", READERS)
 
 
 def sha256_hex(buffer) -> str:

@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import collections.abc
-import concurrent.futures
 import dataclasses
 import datetime
 import hashlib
@@ -24,7 +23,7 @@ import json
 import os
 import zlib
 
-from ... import storage
+from ... import storage, workers
 from ...errors import UnsupportedDtypeError
 from ...version import versions
 from ..memory import evict_oldest
@@ -144,7 +143,7 @@ def write(path, arrays, *, selector=None, metadata=None, array_info=None, checks
             _true_dtype(name, value)
         _check_info(array_info, {name for name, _ in arrays})
     entries, fragments, used, names = [], [], set(), set()
-    with storage.replacing(path) as sink, concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    with storage.replacing(path) as sink, workers.scoped_pool(2, "subsetsaver-hash") as pool:
         zip_writer = ZipWriter(sink, force_zip64=_force_zip64)
         items, index = _prepared(arrays, checksum, pool, array_info), 0
         while (item := next(items, None)) is not None:  # not enumerate(): its tuple would keep the last array

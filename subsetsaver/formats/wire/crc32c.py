@@ -21,14 +21,13 @@ Example::
 import concurrent.futures
 import ctypes
 import functools
-import threading
 
 import google_crc32c
 
+from ... import workers
+
 MASK_DELTA = 0xA282EAD8
 _PIECE_BYTES = 4 << 20  # without the C library, a buffer is checksummed this many bytes (one copy) at a time
-_lock = threading.Lock()
-_worker = []  # the one background thread of every RunningCrc: pieces of a stream are checksummed in order
 
 
 @functools.cache
@@ -96,10 +95,8 @@ class RunningCrc:
 
 
 def _background():
-    with _lock:
-        if not _worker:
-            _worker.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-crc32c"))
-        return _worker[0]
+    """The one background thread of every RunningCrc: the pieces of a stream are checksummed in order."""
+    return workers.shared_pool("subsetsaver-crc32c", 1)
 
 
 def mask(crc) -> int:

@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import functools
 import math
 import os
@@ -34,7 +33,7 @@ import threading
 
 import numpy as np
 
-from .... import storage
+from .... import storage, workers
 from ....errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedDtypeError, clipped
 from ...memory import reused_bytes
 from ...wire.crc32c import RunningCrc, crc32c, unmasked
@@ -55,8 +54,6 @@ def _size_or_none(path):
         return None
 
 
-_read_ahead_lock = threading.Lock()
-_read_ahead_thread = []
 _one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
 
 
@@ -99,10 +96,7 @@ def _taken(ahead):
 
 def _read_ahead():
     """The one thread that reads the next tensor of :meth:`BundleReader.read_many` ahead of the caller."""
-    with _read_ahead_lock:
-        if not _read_ahead_thread:
-            _read_ahead_thread.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="subsetsaver-read"))
-        return _read_ahead_thread[0]
+    return workers.shared_pool("subsetsaver-read", 1)
 
 
 class BundleReader:
