@@ -140,7 +140,7 @@ def test_bad_input_ends_in_one_line(tmp_path, run_cli):
 
     code, _, err = run_cli("convert", prefix, str(tmp_path / "out.bin"))
     assert (code, err) == (2, f"subsetsaver: error: output '{tmp_path}/out.bin' would be a checkpoint like its "
-                              "source; name one ending in '.npz' or '.safetensors' (to keep part of a checkpoint, use "
+                              "source; name one ending in '.npz', '.safetensors', '.safetensors.index.json' or '.weights.h5' (to keep part of a checkpoint, use "
                               "`subsetsaver slim`); pass --to npz to write another format\n")
     code, _, err = run_cli("convert", str(tmp_path / "missing.npz"), str(tmp_path / "x"))
     assert (code, err) == (2, f"subsetsaver: error: no portable .npz checkpoint at '{tmp_path}/missing.npz'\n")

@@ -88,7 +88,8 @@ def convert(source, output, keep=None, to=None, remap=None, *, overwrite=False) 
     source, output = source_format.resolve(os.fspath(source)), os.fspath(output)
     if output_format is source_format:
         others = [known for known in registry.FORMATS if known.writable and known is not source_format]
-        endings = " or ".join(f"'{suffix}'" for known in others for suffix in known.suffixes)
+        suffixes = [f"'{suffix}'" for known in others for suffix in known.suffixes]
+        endings = ", ".join(suffixes[:-1]) + f" or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
         raise InvalidOutputError(
             f"output '{output}' would be a {output_format.noun} like its source; name one ending in {endings} "
             "(to keep part of a checkpoint, use `subsetsaver slim`)", path=output,
