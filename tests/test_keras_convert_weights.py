@@ -2,7 +2,12 @@
 the file Keras 3 loads, tf_keras's names read for Keras 3's renamed weights, and every refusal made before
 anything is written (a mismatch, a wrong output name, a file that does not read back as loaded)."""
 
+import importlib.util
+import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -85,9 +90,53 @@ def test_a_file_that_does_not_read_back_as_loaded_is_not_put_in_place(source, tm
     assert os.listdir(tmp_path) == ["tf_keras.safetensors"]
 
 
+def test_an_application_keras_does_not_have_is_a_model_builder_error(source, tmp_path, run_cli):
+    with pytest.raises(ss.ModelBuilderError) as refused:
+        ss.keras.convert_weights(source[0], tmp_path / "net.weights.h5", "keras.applications.EfficientNetB9")
+    assert str(refused.value) == ("model builder 'keras.applications.EfficientNetB9': keras.applications has no "
+                                  "'EfficientNetB9' (e.g. keras.applications.EfficientNetB0)")
+    done = run_cli("convert", source[0], tmp_path / "net.weights.h5", "--to", "keras", "--model",
+                   "keras.applications.EfficientNetB9")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"subsetsaver: error: {refused.value}\n")
+    assert os.listdir(tmp_path) == ["tf_keras.safetensors"]
+
+
 def test_flags_that_leave_weights_unfilled_do_not_go_with_to_keras(source, tmp_path, run_cli):
     done = run_cli("convert", source[0], tmp_path / "n.weights.h5", "--to", "keras", "--model", "m:b",
                    "--on-mismatch", "initialize")
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == ("Error: --on-mismatch does not go with --to keras --model: every weight "
                                             "of the model is filled")
+
+
+OTHER_BACKEND = textwrap.dedent("""
+    import json, sys
+    import keras
+    import numpy as np
+    import subsetsaver as ss
+    from test_keras_convert_weights import build
+
+    source, output = sys.argv[1:]
+    report = ss.keras.convert_weights(source, output, build)
+    fresh = build()
+    fresh.load_weights(output)
+    print("RESULT " + json.dumps({"backend": keras.backend.backend(), "tensors": report.tensors,
+                                  "kernel": np.asarray(fresh.get_layer("depthwise").weights[0]).tolist(),
+                                  "tensorflow": "tensorflow" in sys.modules}))
+""")
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_it_runs_on_the_torch_and_jax_backends_without_tensorflow(source, tmp_path, backend):
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed (the test extra installs it)")
+    path, values = source
+    tests = os.path.dirname(os.path.abspath(__file__))
+    environment = {**os.environ, "KERAS_BACKEND": backend,
+                   "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
+    done = subprocess.run([sys.executable, "-c", OTHER_BACKEND, path, str(tmp_path / "net.weights.h5")],
+                          env=environment, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    assert json.loads(lines[-1][len("RESULT "):]) == {
+        "backend": backend, "tensors": 4, "kernel": values["depthwise/depthwise_kernel"].tolist(), "tensorflow": False}

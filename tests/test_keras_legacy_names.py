@@ -1,5 +1,11 @@
 """The weights tf_keras names (or types) otherwise than Keras 3, read without a remap (``keras/legacy_names.py``)."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import keras
 import numpy as np
 import pytest
@@ -55,3 +61,39 @@ def test_a_tf_keras_int64_count_is_read_by_value_and_one_too_large_is_refused(no
     assert str(refused.value) == (f"checkpoint '{path}': 'norm/count' holds int64 values that the model's int32 "
                                   "cannot hold; no variable was changed")
     assert int(count.numpy()) == 7
+
+
+OBJECT_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import tf_keras
+
+    directory = sys.argv[1]
+    tf_keras.utils.set_random_seed(1)
+    model = tf_keras.Sequential([tf_keras.layers.DepthwiseConv2D(3, name="old_dw", input_shape=(5, 5, 2)),
+                                 tf_keras.layers.Flatten(name="old_flat"), tf_keras.layers.Dense(2, name="old_dense")])
+    prefix = os.path.join(directory, "weights")
+    model.save_weights(prefix)  # TensorFlow's object-based format
+    probe = np.random.default_rng(5).random((4, 5, 5, 2), dtype=np.float32)
+    np.save(os.path.join(directory, "prediction.npy"), np.asarray(model(probe)))
+    print("RESULT " + json.dumps({"prefix": prefix}))
+""")
+
+
+def test_an_object_based_tf_keras_depthwise_kernel_is_found_by_its_object_path(tmp_path):
+    """The Keras 3 layers have other names, so only the object graph's path pairs them:
+    ``layer_with_weights-0/depthwise_kernel`` in the file, ``layer_with_weights-0/kernel`` in Keras 3."""
+    environment = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", OBJECT_SCRIPT, str(tmp_path)], env=environment,
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    prefix = json.loads(lines[-1][len("RESULT "):])["prefix"]
+    model = keras.Sequential([keras.Input((5, 5, 2)), keras.layers.DepthwiseConv2D(3, name="dw"),
+                              keras.layers.Flatten(name="flat"), keras.layers.Dense(2, name="dense")], name="net")
+    report = ss.keras.load_checkpoint(model, prefix)
+    assert report.match == "auto"
+    assert report.restored == {"net/dw/kernel": "old_dw/depthwise_kernel", "net/dw/bias": "old_dw/bias",
+                               "net/dense/kernel": "old_dense/kernel", "net/dense/bias": "old_dense/bias"}
+    probe = np.random.default_rng(5).random((4, 5, 5, 2), dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(model(probe)), np.load(tmp_path / "prediction.npy"), atol=1e-6, rtol=0)

@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 from .. import catalog as catalog_module
-from ..errors import CorruptCheckpointError
+from ..errors import CorruptCheckpointError, ModelBuilderError
 from ..formats import checkpoint_writer, registry
 from ..formats.tf import bundle, checkpoint_state
 from ..graph_mode import tensorflow
@@ -112,7 +112,7 @@ def import_builder(text):
     ``path/to/file.py`` (its directory is searched first while it is imported); or a Keras 3 application,
     ``'keras.applications.EfficientNetB0'``, built with ``weights=None`` (its other arguments as Keras
     sets them: write a function for another input size, ``alpha`` or class count). Every problem is
-    one ValueError or TypeError that names ``text``.
+    one ModelBuilderError that names ``text``.
 
     import_builder('models.py:build').__name__
     # 'build'
@@ -122,26 +122,25 @@ def import_builder(text):
     module_text, colon, function = text.rpartition(":")
     is_file = module_text.endswith(".py")
     if not colon or not module_text or not function.isidentifier() or not (is_file or _DOTTED.match(module_text)):
-        raise ValueError(f"model builder '{text}' is not MODULE:FUNCTION: {_FORM}")
+        raise ModelBuilderError(f"model builder '{text}' is not MODULE:FUNCTION: {_FORM}")
     if is_file:
         if not os.path.isfile(module_text):
-            raise ValueError(f"model builder '{text}': no file '{module_text}'")
+            raise ModelBuilderError(f"model builder '{text}': no file '{module_text}'")
         module = _import_file(text, module_text)
     else:
         module = _import_module(text, module_text)
     if not hasattr(module, function):
-        raise ValueError(f"model builder '{text}': module '{module_text}' has no function '{function}'")
+        raise ModelBuilderError(f"model builder '{text}': module '{module_text}' has no function '{function}'")
     found = getattr(module, function)
     if not callable(found):
-        raise TypeError(f"model builder '{text}': '{function}' of module '{module_text}' is not a function "
+        raise ModelBuilderError(f"model builder '{text}': '{function}' of module '{module_text}' is not a function "
                         f"(it is {type(found).__name__})")
     return found
 
 
 def built_model(builder, label) -> tuple:
-    """``(model, optimizer or None)`` from calling ``builder``: a ValueError names ``label`` when it
-    raises, a TypeError when it returns anything but a Keras 3 model or ``tf.Module``, or a
-    ``(model, optimizer)`` tuple of them.
+    """``(model, optimizer or None)`` from calling ``builder``: a ModelBuilderError names ``label`` when it
+    raises, or returns anything but a Keras 3 model or ``tf.Module``, or a ``(model, optimizer)`` tuple of them.
 
     model, optimizer = built_model(lambda: (model, keras.optimizers.Adam()), 'models:build')
     """
@@ -150,13 +149,13 @@ def built_model(builder, label) -> tuple:
     try:
         result = builder()
     except Exception as error:
-        raise ValueError(f"model builder '{label}' raised {type(error).__name__}: {_first_line(error)}") from error
+        raise ModelBuilderError(f"model builder '{label}' raised {type(error).__name__}: {_first_line(error)}") from error
     model, optimizer = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
     is_model = catalog_module.is_keras_model(model) or is_tf_module(model)
     if not is_model or not (optimizer is None or isinstance(optimizer, keras.optimizers.Optimizer)):
         what = (f"a tuple of {type(model).__name__} and {type(optimizer).__name__}" if isinstance(result, tuple)
                 else f"a {type(result).__name__}")
-        raise TypeError(f"model builder '{label}' returned {what}, not a Keras 3 model or tf.Module, or a "
+        raise ModelBuilderError(f"model builder '{label}' returned {what}, not a Keras 3 model or tf.Module, or a "
                         "(model, optimizer) tuple with a Keras 3 optimizer")
     return model, optimizer
 
@@ -185,10 +184,10 @@ def _application(text):
     for part in text.split(".")[1:]:
         found = getattr(found, part, None) if part.isidentifier() else None
         if found is None:
-            raise ValueError(f"model builder '{text}': keras.applications has no '{text[len(APPLICATIONS):]}' "
+            raise ModelBuilderError(f"model builder '{text}': keras.applications has no '{text[len(APPLICATIONS):]}' "
                              "(e.g. keras.applications.EfficientNetB0)")
     if not callable(found):
-        raise TypeError(f"model builder '{text}' is not a function (it is {type(found).__name__})")
+        raise ModelBuilderError(f"model builder '{text}' is not a function (it is {type(found).__name__})")
     return functools.partial(found, weights=None)
 
 
@@ -200,7 +199,7 @@ def _import_module(text, name):
     try:
         return importlib.import_module(name)
     except Exception as error:
-        raise ValueError(f"model builder '{text}': cannot import module '{name}' "
+        raise ModelBuilderError(f"model builder '{text}': cannot import module '{name}' "
                          f"({type(error).__name__}: {_first_line(error)})") from error
     finally:
         if added:
@@ -222,7 +221,7 @@ def _import_file(text, path):
     except Exception as error:
         if registered:
             del sys.modules[name]
-        raise ValueError(f"model builder '{text}': cannot import '{path}' "
+        raise ModelBuilderError(f"model builder '{text}': cannot import '{path}' "
                          f"({type(error).__name__}: {_first_line(error)})") from error
     finally:
         with contextlib.suppress(ValueError):

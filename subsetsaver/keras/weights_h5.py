@@ -25,7 +25,7 @@ import os
 
 from .. import catalog as catalog_module
 from .. import storage, tf_internals
-from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError
+from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError, ModelBuilderError
 from ..formats import checkpoint_writer, keras_h5, publish
 from .checkpoint_side import checkpoint_path
 from .convert import built_model, difference, import_builder, label_of
@@ -71,8 +71,8 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, label_of(build))
     model, _optimizer = built_model(builder, label)
     if not catalog_module.is_keras_model(model):
-        raise TypeError(f"model builder '{label}' returned a {type(model).__name__}; a .weights.h5 file is a Keras 3 "
-                        "model's")
+        raise ModelBuilderError(f"model builder '{label}' returned a {type(model).__name__}; a .weights.h5 file is "
+                                "a Keras 3 model's")
     try:
         report = load_checkpoint(model, source, remap=remap, match=match)
     except CheckpointMismatchError as error:  # every weight is filled here: leaving some as built is no remedy
