@@ -7,6 +7,7 @@ a slow machine is not). Run ``SUBSETSAVER_FUZZ_EXAMPLES=5000`` for a longer fuzz
 
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -463,3 +464,13 @@ def test_the_translation_is_re2_syntax_with_every_character_escaped():
     assert re2_syntax.to_re2(r"^conv_\d+/(?i:K)$") == r"\Aconv_(?:[\p{Nd}])+\x{2f}(?:(?i:K))(?:\x{a})?\z"
     assert re2_syntax.to_re2(r"(?m)^a$|\Z") == r"(?:(?m:^)a(?m:$)|\z)"
     assert re2_syntax.to_re2("$x") == r"\zx"  # not last: no room for a final newline
+
+
+def test_the_private_regex_parser_still_has_everything_the_rewrite_reads():
+    """Python has no public parse tree of a pattern, so re2_syntax reads ``re._parser`` (the parser re.compile
+    uses), fenced in that one module. A Python that renames or drops what it reads fails here, by name."""
+    source = pathlib.Path(re2_syntax.__file__).read_text(encoding="utf-8")
+    read = sorted(set(re.findall(r"\bsre\.([A-Za-z_]+)", source)))
+    missing = [name for name in read if not hasattr(re2_syntax.sre, name)]
+    assert missing == [], f"re._parser of Python {sys.version.split()[0]} lacks {missing}: update selectors/re2_syntax.py"
+    assert len(read) >= 25  # the scan found the reads (29 today): an empty list would pass vacuously

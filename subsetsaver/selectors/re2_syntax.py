@@ -29,6 +29,8 @@ import functools
 import re
 import sys
 
+# Python offers no public parse tree of a pattern, so this module (and no other) reads re's own parser;
+# tests/test_regex.py fails by name if a Python release drops what is read here.
 try:
     from re import _parser as sre  # Python 3.11+: the parser re.compile uses
 except ImportError:  # pragma: no cover - Python 3.10

@@ -30,6 +30,11 @@ MASK_DELTA = 0xA282EAD8
 _PIECE_BYTES = 4 << 20  # without the C library, a buffer is checksummed this many bytes (one copy) at a time
 
 
+# The one private API of another library the package calls, fenced here. The public ones cost more:
+# google_crc32c.extend takes only read-only bytes (a copy of every tensor, and the GIL held for it), and
+# the crc32c package, GIL-free on any buffer, imports importlib.metadata and with it the e-mail package
+# on every command (tests/test_imports.py keeps file commands free of it). A google_crc32c release without
+# this symbol falls back to the copied pieces below, and tests/test_verified_streams.py fails naming it.
 @functools.cache
 def _c_extend():
     """``crc32c_extend(crc, address, count)`` of the C library google_crc32c wraps (called without the
