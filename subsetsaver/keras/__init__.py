@@ -24,17 +24,16 @@ Example::
 from ..lazy_exports import exports, names
 
 __getattr__, __dir__ = exports(__name__, {
-    **names(".convert", "ObjectConvertReport", "convert_checkpoint", "import_builder"),
+    **names(".convert", "ModelConvertReport", "convert_checkpoint", "import_builder"),
     **names(".load", "MATCHES", "CheckpointLoadReport", "load_checkpoint"),
     **names(".npz", "restore_npz", "save_npz"),
-    **names(".weights_h5", "WeightsFileReport", "convert_weights"),
+    **names(".weights_h5", "convert_weights"),
 })
 
 __all__ = [
     "MATCHES",
     "CheckpointLoadReport",
-    "ObjectConvertReport",
-    "WeightsFileReport",
+    "ModelConvertReport",
     "convert_checkpoint",
     "convert_weights",
     "import_builder",

@@ -50,12 +50,13 @@ _FORM = ("name a module (my_models, pkg.models) or a file (path/to/models.py), a
 
 
 @dataclasses.dataclass(frozen=True)
-class ObjectConvertReport:
-    """What :func:`convert_checkpoint` did: ``source`` (the prefix read), ``output`` (the prefix
-    written), ``builder`` (the function's name, ``models:build``), ``load`` (the
-    :class:`~subsetsaver.keras.CheckpointLoadReport` of the load into the model), ``tensors``
-    and ``nbytes`` (the output's tensors and the bytes of their values, as its catalog reads
-    them) and ``verified`` (the output's tensors compared bit-exact with their source tensors).
+class ModelConvertReport:
+    """What a conversion through a built model did (:func:`convert_checkpoint` to a TF2 object-based
+    checkpoint, :func:`~subsetsaver.keras.convert_weights` to Keras 3's ``.weights.h5``): ``source`` (the
+    checkpoint read), ``output`` (what was written), ``builder`` (the function's name, ``models:build``),
+    ``load`` (the :class:`~subsetsaver.keras.CheckpointLoadReport` of the load into the model), ``tensors``
+    and ``nbytes`` (the output's tensors and the bytes of their values) and ``verified`` (what was read
+    back bit-exact: the output's tensors, or the model weights whose datasets were).
     """
 
     source: str
@@ -68,7 +69,7 @@ class ObjectConvertReport:
 
 
 def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="auto", on_mismatch="error",
-                       overwrite=False, optimizer=True) -> ObjectConvertReport:
+                       overwrite=False, optimizer=True) -> ModelConvertReport:
     """Write ``checkpoint`` (TF1 name-based or tf.keras object-based) as a TF2 object-based checkpoint
     ``output`` of the Keras 3 model (or ``tf.Module``) that ``build`` returns.
 
@@ -102,7 +103,7 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
         if written != output:
             bundle.publish_staged(written, output)
     checkpoint_state.name_latest(output)
-    return ObjectConvertReport(source, output, label, report, len(out.records),
+    return ModelConvertReport(source, output, label, report, len(out.records),
                                sum(record.nbytes for record in out.records), verified)
 
 

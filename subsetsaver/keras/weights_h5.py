@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 
@@ -28,27 +27,11 @@ from .. import storage, tf_internals
 from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError, ModelBuilderError
 from ..formats import checkpoint_writer, keras_h5, publish
 from .checkpoint_side import checkpoint_path
-from .convert import built_model, difference, import_builder, label_of
-from .load import MATCHES, CheckpointLoadReport, load_checkpoint
+from .convert import ModelConvertReport, built_model, difference, import_builder, label_of
+from .load import MATCHES, load_checkpoint
 
 
-@dataclasses.dataclass(frozen=True)
-class WeightsFileReport:
-    """What :func:`convert_weights` did: ``source`` (the checkpoint read), ``output`` (the file written),
-    ``builder`` (``models:build``), ``load`` (the :class:`~subsetsaver.keras.CheckpointLoadReport`),
-    ``tensors`` and ``nbytes`` (the file's datasets and their bytes), ``verified`` (the model weights
-    whose datasets were read back bit-exact, in the model's order)."""
-
-    source: str
-    output: str
-    builder: str
-    load: CheckpointLoadReport
-    tensors: int
-    nbytes: int
-    verified: tuple
-
-
-def convert_weights(checkpoint, output, build, *, remap=None, match="auto", overwrite=False) -> WeightsFileReport:
+def convert_weights(checkpoint, output, build, *, remap=None, match="auto", overwrite=False) -> ModelConvertReport:
     """Write ``checkpoint`` (TF1 name-based, or tf.keras object-based) as the ``.weights.h5`` file ``output``
     of the Keras 3 model ``build`` returns.
 
@@ -89,7 +72,7 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
             publish.discard([written])
             raise
     nbytes = sum(_nbytes(info) for info in tensors)
-    return WeightsFileReport(source, output, label, report, len(tensors), nbytes, verified)
+    return ModelConvertReport(source, output, label, report, len(tensors), nbytes, verified)
 
 
 def _checked_output(output) -> str:
