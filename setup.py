@@ -18,7 +18,9 @@ EXTRAS = {
              # the original TF1 code of the layout maps' families, and a library that reads their output
              "bert-tensorflow>=1.0.4", "albert-tensorflow>=1.1", "gpt-2-simple>=0.8.1", "keras-hub>=0.32",
              # T5's original code (Mesh TensorFlow, configured by gin) for the t5-to-hf and hf-to-t5 maps
-             "mesh-tensorflow==0.1.21", "gin-config>=0.5"],
+             "mesh-tensorflow==0.1.21", "gin-config>=0.5",
+             # ELECTRA's original code ships inside arabert's wheel; tf-slim's model zoo for the vision conversions
+             "arabert==1.0.1", "tf-slim==1.1.0"],
     "examples": [TENSORFLOW, "mlxtend>=0.22", "tqdm>=4", "matplotlib>=3.5", "matplotlib-venn>=0.11"],
     "docs": ["mkdocs>=1.5"],
     "gcs": ["fsspec>=2024.12", "gcsfs>=2024.12"],
