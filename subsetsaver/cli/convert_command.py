@@ -178,11 +178,13 @@ def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry
                              max_shard_size=max_shard_size, dry_run=dry_run, overwrite=force)
     coverage = (f"coverage: {report.expected} tensors the config implies, {report.expected} found, 0 missing, "
                 f"0 extra; heads: {', '.join(report.heads) or 'none'}"
-                + (f"; loads as {report.architecture}" if report.architecture else ""))
+                + (f"; loads as {report.architecture}" if report.architecture else "")
+                + (f"; member {report.member}" if report.member else ""))
     if as_json:
         echo_json({"source": report.source, "output": report.out_dir, "map": report.map, "config": report.config,
                    "dry_run": report.dry_run, "files": list(report.files), "bytes": report.nbytes,
                    "dropped": list(report.dropped), "architecture": report.architecture, "heads": list(report.heads),
+                   "member": report.member, "notes": list(report.notes),
                    "coverage": {"expected": report.expected, "found": report.expected, "missing": 0, "extra": 0},
                    "tensors": [{"source": source_name, "target": target, "transform": transform, "shape": list(shape)}
                                for source_name, target, transform, shape in report.rows]})
@@ -195,12 +197,17 @@ def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry
             click.echo(f"{source_name:<{widths[0]}}  {target:<{widths[1]}}  {transform or '-':<{widths[2]}}  "
                        f"{list(shape)}")
         click.echo(coverage)
+        for note in report.notes:
+            click.echo(f"note: {note}")
         click.echo(f"{len(report.rows)} tensors, {format_bytes(report.nbytes)}; dropped {len(report.dropped)} "
                    "by the map's \"drop\"; nothing written (--dry-run)")
         return
+    config_text = f"config {report.config}" if report.config else "config read off the checkpoint"
     click.echo(f"wrote {report.out_dir} by map {report.map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
-               f"({', '.join(report.files)}; from {report.source}, config {report.config})")
+               f"({', '.join(report.files)}; from {report.source}, {config_text})")
     click.echo(coverage)
+    for note in report.notes:
+        click.echo(f"note: {note}")
     if report.dropped:
         click.echo(f"dropped {len(report.dropped)}: {', '.join(report.dropped[:5])}"
                    + (f" and {len(report.dropped) - 5} more" if len(report.dropped) > 5 else ""))

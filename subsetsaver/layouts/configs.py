@@ -59,6 +59,23 @@ def map_config(rules, math, source, *, source_name="the config") -> dict:
     return target
 
 
+def nested(config) -> dict:
+    """``config`` with each dotted key written as nested objects, as timm's ``config.json`` holds its
+    ``pretrained_cfg``.
+
+    >>> nested({"architecture": "tf_efficientnet_b0", "pretrained_cfg.mean": [0.5], "pretrained_cfg.std": [0.5]})
+    {'architecture': 'tf_efficientnet_b0', 'pretrained_cfg': {'mean': [0.5], 'std': [0.5]}}
+    """
+    result = {}
+    for key, value in config.items():
+        *parents, leaf = key.split(".")
+        place = result
+        for parent in parents:
+            place = place.setdefault(parent, {})
+        place[leaf] = value
+    return result
+
+
 def read_config(path) -> dict:
     """A JSON config file (or a Mesh TensorFlow run's ``.gin``, see :mod:`.gin_config`) as a dict, or a
     :class:`~subsetsaver.errors.LayoutMapError` saying why not."""

@@ -27,11 +27,13 @@ from .. import storage
 from ..errors import LayoutMapError
 from ..formats import safetensors
 from ..selectors import parse
-from .configs import config_bytes, find_config, map_config, read_config
+from .configs import config_bytes, find_config, map_config, nested, read_config
 from .coverage import check_coverage, check_family
 from .engine import plan_conversion
 from .maps import load_map
+from .members import pick_member
 from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
+from .readings import read_values
 
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
@@ -60,6 +62,8 @@ class LayoutReport:
     expected: int = 0
     heads: tuple = ()
     architecture: str | None = None
+    member: str | None = None
+    notes: tuple = ()
 
 
 def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
@@ -80,12 +84,25 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     catalog = catalog_module.file_catalog(source)
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
-    plan = plan_conversion(layout, specs, dropped)
-    check_family(layout, plan.source_names, plan.unmapped)
+    read_names = [entry["tensor"] for entry in layout.config_from_tensors.values()]
+    plan = plan_conversion(layout, {name: spec for name, spec in specs.items() if name not in read_names}, dropped)
+    check_family(layout, plan.source_names, plan.unmapped, specs)
     config_path = _config_path(layout, checkpoint, config)
-    target_config = map_config(layout.config, layout.math, read_config(config_path),
+    target_config = map_config(layout.config, layout.math, read_config(config_path) if config_path else {},
                                source_name=f"config '{config_path}'")
-    coverage = check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    notes = ()
+    if read_names:
+        absent = [name for name in read_names if name not in specs]
+        if absent:
+            raise LayoutMapError(f"this {layout.family} checkpoint lacks '{absent[0]}', which the target config's "
+                                 f"{', '.join(layout.config_from_tensors)} are read from",
+                                 fix="convert a whole checkpoint of the family")
+        values, notes = read_values(layout, dict(catalog_module.read_tensors(source, read_names)))
+        target_config.update(values)
+    member, sizes = None, {}
+    if layout.members:
+        member, target_config, sizes = pick_member(layout, plan, target_config)
+    coverage = check_coverage(layout, plan.specs, {**target_config, **sizes}, plan.source_name, plan.unmapped)
     target_config.update(coverage.config_additions)
     if coverage.architecture:
         target_config["architectures"] = [coverage.architecture]
@@ -96,7 +113,9 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
                      dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
-                     architecture=coverage.architecture)
+                     architecture=coverage.architecture, member=member, notes=notes)
+    if layout.target.get("nested_keys"):
+        target_config = nested(target_config)
     if dry_run:
         return LayoutReport(**described, files=(), dry_run=True)
     config_file = storage.join(out_dir, layout.target["config"])
@@ -122,6 +141,8 @@ def _shard_bytes(max_shard_size):
 
 def _config_path(layout, checkpoint, given):
     name = layout.source.get("config")
+    if name is None and given is None and layout.members:
+        return None  # every config value is the member's, or read off the checkpoint
     path = find_config(checkpoint, name, given) if name or given else None
     if path is None:
         where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"

@@ -2,7 +2,8 @@
 
 A map's ``"targets"`` section names every tensor of the target model with its shape in terms of the
 target config: fixed tensors, groups repeated by a config count (``{"repeat": {"layer":
-"num_hidden_layers"}}`` fills ``{layer}`` with 0, 1, ...), groups that apply only ``when`` config
+"num_hidden_layers"}}`` fills ``{layer}`` with 0, 1, ...; ``{"block": [1, "stage2_blocks"]}`` with 1, 2, ... up
+to that count), groups that apply only ``when`` config
 values hold, and optional heads that are all or nothing (a head may infer config values from its
 tensors, such as a classifier's ``num_labels``). :func:`check_coverage` compares that with what the
 rules produce and refuses, with every problem in one :class:`~subsetsaver.errors.LayoutMapError`,
@@ -26,6 +27,7 @@ import math
 import re
 
 from ..errors import LayoutMapError
+from .twins import no_twin_for
 
 MAX_TARGETS = 1_000_000
 """Most target tensors a config may imply: a crafted config with 10**9 layers is refused, not expanded."""
@@ -151,7 +153,10 @@ def _group_readings(targets, config, produced) -> dict:
 def _expand(group, config, expected, where, head=None, unread=frozenset()):
     if "when" in group and not holds(group["when"], config, where):
         return
-    repeat = {placeholder: evaluate(count, config, where) for placeholder, count in group.get("repeat", {}).items()}
+    bounds = {placeholder: [evaluate(bound, config, where) for bound in (count if isinstance(count, list) else [0, count])]
+              for placeholder, count in group.get("repeat", {}).items()}
+    ranges = {placeholder: range(first, stop) for placeholder, (first, stop) in bounds.items()}
+    repeat = {placeholder: stop - first for placeholder, (first, stop) in bounds.items()}
     total = math.prod(repeat.values()) * len(group["tensors"])
     if any(count < 0 for count in repeat.values()) or total + len(expected) > MAX_TARGETS:
         raise LayoutMapError(f"{where}: the config's {_counts_text(repeat)} imply {total:,} tensors; at most "
@@ -161,7 +166,7 @@ def _expand(group, config, expected, where, head=None, unread=frozenset()):
     shapes = {template: None if unread & _keys_in(shape) else tuple(evaluate(size, config, f"{where}, '{template}'")
                                                                   for size in shape)
               for template, shape in group["tensors"].items()}
-    for values in itertools.product(*(range(count) for count in repeat.values())):
+    for values in itertools.product(*ranges.values()):
         filling = dict(zip(repeat, values))
         for template, shape in shapes.items():
             expected[_PLACEHOLDER.sub(lambda found, filling=filling: format(filling[found.group(1)],
@@ -224,10 +229,15 @@ def check_coverage(layout, produced, config, source_name, unmapped=()) -> Covera
                     architecture=architecture, config_additions=inferred)
 
 
-def check_family(layout, read, unmapped):
+def check_family(layout, read, unmapped, names=()):
     """Refuse a checkpoint most of whose tensors no rule reads (``read``: source names a rule read;
-    ``unmapped``: those none did): it is of another family, whatever its config says."""
+    ``unmapped``: those none did): it is of another family, whatever its config says. A family that the
+    map's target library has no exact twin of (:mod:`.twins`; ``names``: every tensor name) is refused
+    with the reason."""
     if len(read) < len(unmapped) or not read:
+        twin = no_twin_for(names, layout.target.get("library"))
+        if twin is not None:
+            raise LayoutMapError(twin.message, fix=twin.fix)
         globs = [glob for rule in layout.rules for glob in rule.source_globs]
         raise LayoutMapError(f"this is not a {layout.family} checkpoint: it holds {_names(list(unmapped) or ['no tensor'])}"
                              f", where the map reads {_names(globs)}",

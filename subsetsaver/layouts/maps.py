@@ -16,7 +16,8 @@ A map is a JSON object (see ``docs/leaving_tensorflow.md``, "Writing a map")::
 
 ``from`` is a glob of the selector language (``*`` and ``?`` within one ``/``-segment, ``**`` across);
 each wildcard captures what it matched, and ``{1}``, ``{2}``, ... in ``to`` put it back (``{1:d}`` as a
-number, ``block_000`` -> ``block.0``; ``{1:03d}`` zero-padded, the way back). A rule with
+number, ``block_000`` -> ``block.0``; ``{1:03d}`` zero-padded, the way back; ``{1:d-1}`` a number less
+one; ``{1:letter}`` a letter's place in the alphabet, ``block2b`` -> ``blocks.1.1``). A rule with
 several ``from`` globs concatenates (``"concat": AXIS``); one with several ``to`` names splits
 (``"split": AXIS``). ``math`` states every config value that changes the math (:data:`MATH_ROLES`);
 ``targets`` declares every target tensor the config implies (see :mod:`.coverage`). ``drop`` is
@@ -39,21 +40,34 @@ from .. import bounded_json, storage
 from ..errors import LayoutMapError
 from ..selectors import fill_glob, glob_captures, glob_wildcard_count
 from .transforms import parse_transforms
+from .twins import no_twin_named
 
 MAPS_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "maps")
 LAYOUTS = ("tf", "safetensors")
 MATH_ROLES = ("activation", "layer_norm_eps", "position_embedding", "tied_embeddings")
 """The config values that change a model's math: every map states each one, never copies it."""
+VISION_MATH_ROLES = ("batch_norm_eps", "padding")
+"""What else changes a vision model's math; a map into a vision library states both (see :data:`VISION_TARGETS`)."""
+VISION_TARGETS = ("timm",)
+"""Target libraries of vision models: a map whose ``"target"`` names one (``"library": "timm"``) states
+:data:`VISION_MATH_ROLES` too."""
 MAX_MAP_BYTES = 4 * 1024 * 1024
-_PLACEHOLDER = re.compile(r"\{(\d+)(?::(0\d+|)d)?\}")
-"""``{1}`` puts a capture back as it is; ``{1:d}`` as a number (``000`` -> ``0``), ``{1:03d}`` zero-padded."""
+_PLACEHOLDER = re.compile(r"\{(\d+)(?::((?:0\d+|)d(?:[+-]\d+)?|letter))?\}")
+"""``{1}`` puts a capture back as it is; ``{1:d}`` as a number (``000`` -> ``0``), ``{1:03d}`` zero-padded,
+``{1:d-1}`` a number less one (``block2`` -> ``1``); ``{1:letter}`` a lowercase letter as its place in the
+alphabet (``a`` -> ``0``, as tf_keras names the blocks of a stage ``block2a``, ``block2b``, ...)."""
+_NUMBER_SPEC = re.compile(r"(0\d+|)d([+-]\d+)?")
 _NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(?:0\d+)?d)?\}")
-_MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
+_MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets",
+             "members", "config_from_tensors"}
 _RULE_KEYS = {"from", "to", "transform", "concat", "split"}
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
 _GROUP_KEYS = {"tensors", "repeat", "when", "config"}
 _HEAD_KEYS = {"tensors", "architecture", "infer", "config", "when"}
 _TARGET_KEYS = {"dtypes", "groups", "heads", "architecture"}
+_READING_KEYS = {"tensor", "reading", "why"}
+READINGS = ("values", "keras_normalization_std")
+"""How ``"config_from_tensors"`` reads a tensor into a config value (see :mod:`.readings`)."""
 
 
 def shipped_maps() -> tuple:
@@ -90,13 +104,23 @@ class Rule:
         return tuple(_PLACEHOLDER.sub(lambda m: self._written(captures[int(m.group(1)) - 1], m.group(2)), target)
                      for target in self.targets)
 
-    def _written(self, capture, width):
-        if width is None:
+    def _written(self, capture, spec):
+        if spec is None:
             return capture
+        if spec == "letter":
+            if not (len(capture) == 1 and "a" <= capture <= "z"):
+                raise LayoutMapError(f"{self.text} writes '{capture[:40]}' as a letter's place", rule=self.text,
+                                     fix="match one lowercase letter where a target name writes {1:letter}")
+            return str(ord(capture) - ord("a"))
         if not (capture.isascii() and capture.isdigit()):
             raise LayoutMapError(f"{self.text} writes '{capture[:40]}' as a number", rule=self.text,
                                  fix="match numbers only where a target name writes one ({1:d}, {1:03d})")
-        return format(int(capture), f"{width}d")
+        width, offset = _NUMBER_SPEC.fullmatch(spec).groups()
+        number = int(capture) + int(offset or 0)
+        if number < 0:
+            raise LayoutMapError(f"{self.text} writes '{capture[:40]}'{offset} as a number, which is negative",
+                                 rule=self.text, fix="check the offset of the map's {N:d-K}")
+        return format(number, f"{width}d")
 
     def source_for(self, target, like=None):
         """The source name this rule would read ``target`` from, or None when it does not write it;
@@ -131,6 +155,8 @@ class LayoutMap:
     math: dict
     targets: dict
     path: str
+    members: dict = dataclasses.field(default_factory=dict)
+    config_from_tensors: dict = dataclasses.field(default_factory=dict)
 
     @property
     def source_layout(self) -> str:
@@ -159,6 +185,9 @@ def load_map(name_or_path) -> LayoutMap:
                                  " or the path of a .json map file")
     else:
         path = os.path.join(MAPS_DIRECTORY, f"{text}.json")
+        twin = no_twin_named(text)
+        if twin is not None and not os.path.isfile(path):
+            raise LayoutMapError(f"no map '{text}': {twin.message}", fix=twin.fix)
         if not os.path.isfile(path):
             raise LayoutMapError(f"unknown layout map '{text}'",
                                  fix=f"use one of {', '.join(shipped_maps())}, or the path of a .json map file")
@@ -180,14 +209,17 @@ def parse_map(data, path="<map>") -> LayoutMap:
         if key not in data:
             raise LayoutMapError(f"{where} has no \"{key}\"", fix=_HOW_TO_WRITE)
     for side, allowed in (("source", {"layout", "config", "optional_prefix", "aliases"}),
-                          ("target", {"layout", "config", "metadata", "prefix"})):
+                          ("target", {"layout", "config", "metadata", "prefix", "library", "nested_keys"})):
         _require_object(data[side], f"{where}, \"{side}\"", allowed)
         if data[side].get("layout") not in LAYOUTS:
             raise LayoutMapError(f"{where}: \"{side}\".\"layout\" must be one of {', '.join(LAYOUTS)}")
-        for key in ("config", "optional_prefix", "prefix"):
+        for key in ("config", "optional_prefix", "prefix", "library"):
             _require_text(data[side], key, f"{where}, \"{side}\"")
         for key in ("aliases", "metadata"):
             _require_text_mapping(data[side].get(key, {}), f"{where}, \"{side}\".\"{key}\"")
+    if not isinstance(data["target"].get("nested_keys", False), bool):
+        raise LayoutMapError(f"{where}: \"target\".\"nested_keys\" is true (a key \"a.b\" is written as "
+                             "{\"a\": {\"b\": ...}}) or false")
     if "config" not in data["target"]:
         raise LayoutMapError(f"{where}: \"target\" needs \"config\", the name its config file is written under")
     for key in ("name", "family", "drop"):
@@ -202,10 +234,12 @@ def parse_map(data, path="<map>") -> LayoutMap:
         _require_object(config.get(key, {}), f"{where}, \"config\".\"{key}\"")
     for key, table in config.get("values", {}).items():
         _require_object(table, f"{where}, \"config\".\"values\".\"{key[:80]}\"")
+    vision = data["target"].get("library") in VISION_TARGETS
     return LayoutMap(name=str(data["name"]), family=str(data.get("family", data["name"])), source=data["source"],
                      target=data["target"], drop=data.get("drop"), rules=rules, config=config,
-                     math=_parse_math(data["math"], config, where), targets=_parse_targets(data["targets"], where),
-                     path=path)
+                     math=_parse_math(data["math"], config, where, vision), targets=_parse_targets(data["targets"], where),
+                     path=path, members=_parse_members(data.get("members", {}), data["math"], where),
+                     config_from_tensors=_parse_readings(data.get("config_from_tensors", {}), data["math"], where))
 
 
 _HOW_TO_WRITE = "see \"Writing a map\" in docs/leaving_tensorflow.md"
@@ -265,10 +299,11 @@ def _parse_rule(number, item, where) -> Rule:
                 concat=item.get("concat"), split=item.get("split"))
 
 
-def _parse_math(math, config, where) -> dict:
+def _parse_math(math, config, where, vision=False) -> dict:
     where = f"{where}, \"math\""
-    _require_object(math, where, set(MATH_ROLES))
-    missing = [role for role in MATH_ROLES if role not in math]
+    roles = MATH_ROLES + VISION_MATH_ROLES if vision else MATH_ROLES
+    _require_object(math, where, set(roles))
+    missing = [role for role in roles if role not in math]
     if missing:
         raise LayoutMapError(f"{where} does not state {', '.join(missing)}: every map says each value that changes "
                              "the math, so none is inherited from the map it was copied from", fix=_HOW_TO_WRITE)
@@ -287,6 +322,39 @@ def _parse_math(math, config, where) -> dict:
             raise LayoutMapError(f"{where}, \"{role}\": \"config\" also sets \"{entry['key']}\"; state it in "
                                  "\"math\" alone, so a copied map cannot carry it over unseen")
     return math
+
+
+def _parse_members(members, math, where) -> dict:
+    """``"members"``: a family's members (``"b0"``, ``"b1"``, ...), each ``{"config": {...}, "sizes": {...}}``:
+    the config values it implies (written) and the sizes its tensors' shapes are stated in (not written);
+    the one whose tensors the checkpoint holds exactly is converted (see :mod:`.members`)."""
+    where = f"{where}, \"members\""
+    _require_object(members, where)
+    stated = {entry.get("key") for entry in math.values() if isinstance(entry, dict)} - {None}
+    for member, values in members.items():
+        here = f"{where}.\"{str(member)[:40]}\""
+        _require_object(values, here, {"config", "sizes"})
+        for part in ("config", "sizes"):
+            _require_object(values.get(part, {}), f"{here}.\"{part}\"")
+        if not all(type(size) is int for size in values.get("sizes", {}).values()):
+            raise LayoutMapError(f"{here}.\"sizes\" are integers")
+        clash = sorted(stated & (set(values.get("config", {})) | set(values.get("sizes", {}))))
+        if clash:
+            raise LayoutMapError(f"{here} sets \"{clash[0]}\", which \"math\" states")
+    return members
+
+
+def _parse_readings(readings, math, where) -> dict:
+    """``"config_from_tensors"``: target config key -> ``{"tensor": NAME, "reading": HOW}``, a small tensor read
+    into the config (Keras EfficientNet's input normalization), never converted."""
+    where = f"{where}, \"config_from_tensors\""
+    _require_object(readings, where)
+    for key, entry in readings.items():
+        _require_object(entry, f"{where}.\"{str(key)[:80]}\"", _READING_KEYS)
+        if not isinstance(entry.get("tensor"), str) or entry.get("reading") not in READINGS:
+            raise LayoutMapError(f"{where}.\"{str(key)[:80]}\" is {{\"tensor\": NAME, \"reading\": one of "
+                                 f"{', '.join(READINGS)}}}")
+    return readings
 
 
 def _parse_targets(targets, where) -> dict:
@@ -324,6 +392,11 @@ def _check_group(group, where, allowed):
     tensors, repeat = group.get("tensors"), group.get("repeat", {})
     _require_object(tensors, f"{where}, \"tensors\"")
     _require_object(repeat, f"{where}, \"repeat\"")
+    for placeholder, count in repeat.items():
+        if not (isinstance(count, (int, str)) or (isinstance(count, list) and len(count) == 2 and all(
+                isinstance(bound, (int, str)) for bound in count))) or isinstance(count, bool):
+            raise LayoutMapError(f"{where}, \"repeat\".\"{str(placeholder)[:40]}\" is a count, or [first, stop) "
+                                 "(integers or expressions of config keys)")
     if not isinstance(group.get("when", {}), (dict, str)):
         raise LayoutMapError(f"{where}: \"when\" is {{key: value}} or a comparison of config keys")
     if not tensors:
@@ -347,20 +420,35 @@ def _template_captures(template):
     if template not in _TEMPLATES:
         placeholders = _PLACEHOLDER.findall(template)
         order = [int(index) for index, _ in placeholders]
-        padded = [width is not None and width.startswith("0") for _, width in placeholders]
+        readers = [_capture_reader(spec) for _, spec in placeholders]
         match = glob_captures("*".join(_escaped(text) for text in _PLACEHOLDER.split(template)[::3]))
 
-        def captures(name, match=match, order=order, padded=padded):
+        def captures(name, match=match, order=order, readers=readers):
             found = match(name)
             if found is None or sorted(order) != list(range(1, len(order) + 1)) or any(
                     "." in part or "/" in part for part in found):  # a capture is a layer number or a word
                 return None
-            # a zero-padded number is read back as the plain number it was written from
-            found = [str(int(part)) if pad and part.isdigit() else part for part, pad in zip(found, padded)]
+            # each written capture is read back as the source had it (a number less its offset, a letter, ...)
+            found = [reader(part) for part, reader in zip(found, readers)]
+            if None in found:
+                return None
             return tuple(found[order.index(index)] for index in range(1, len(order) + 1))
 
         _TEMPLATES[template] = captures
     return _TEMPLATES[template]
+
+
+def _capture_reader(spec):
+    """What reads a written capture back into the text the source name had: None where it cannot. ``spec``:
+    what follows the ``:`` of a placeholder (empty for ``{1}``)."""
+    if not spec:
+        return lambda part: part
+    if spec == "letter":
+        return lambda part: chr(ord("a") + int(part)) if part.isdigit() and int(part) < 26 else None
+    width, offset = _NUMBER_SPEC.fullmatch(spec).groups()
+    if not width and not offset:
+        return lambda part: part
+    return lambda part: str(int(part) - int(offset or 0)) if part.isdigit() and int(part) >= int(offset or 0) else None
 
 
 def _escaped(text):
