@@ -107,7 +107,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     if coverage.architecture:
         target_config["architectures"] = [coverage.architecture]
     if labels is not None:
-        target_config.update(_label_config(labels, target_config))
+        target_config.update(_label_config(labels, target_config, layout.target.get("library")))
     out_dir = os.fspath(out_dir)
     rows = tuple(plan.rows())
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
@@ -150,9 +150,11 @@ def _config_path(layout, checkpoint, given):
     return path
 
 
-def _label_config(path, target_config) -> dict:
-    """``id2label`` and ``label2id`` from a file of labels, one a line, as many as the classifier has."""
-    if "num_labels" not in target_config:
+def _label_config(path, target_config, library=None) -> dict:
+    """``id2label`` and ``label2id`` from a file of labels, one a line, as many as the classifier has (timm's
+    ``label_names`` for a timm target)."""
+    count_key = "num_classes" if library == "timm" else "num_labels"
+    if not target_config.get(count_key):
         raise LayoutMapError(f"--labels '{path}' names a classifier's labels, but this checkpoint has no "
                              "classifier head", fix="leave out --labels")
     try:
@@ -164,10 +166,12 @@ def _label_config(path, target_config) -> dict:
     except UnicodeDecodeError as error:
         raise LayoutMapError(f"labels '{path}' are not UTF-8 (byte {error.start})") from None
     labels = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(data) > MAX_LABELS_BYTES or len(labels) != target_config["num_labels"] or len(set(labels)) != len(labels):
+    if len(data) > MAX_LABELS_BYTES or len(labels) != target_config[count_key] or len(set(labels)) != len(labels):
         raise LayoutMapError(f"labels '{path}' hold {len(labels):,} labels ({len(set(labels)):,} different), where "
-                             f"the classifier has {target_config['num_labels']:,}",
+                             f"the classifier has {target_config[count_key]:,}",
                              fix="give one distinct label a line, in the classifier's order")
+    if library == "timm":
+        return {"label_names": labels}
     return {"id2label": {str(index): label for index, label in enumerate(labels)},
             "label2id": {label: index for index, label in enumerate(labels)}}
 
