@@ -56,7 +56,9 @@ class ModelConvertReport:
     checkpoint read), ``output`` (what was written), ``builder`` (the function's name, ``models:build``),
     ``load`` (the :class:`~subsetsaver.keras.CheckpointLoadReport` of the load into the model), ``tensors``
     and ``nbytes`` (the output's tensors and the bytes of their values) and ``verified`` (what was read
-    back bit-exact: the output's tensors, or the model weights whose datasets were).
+    back bit-exact: the output's tensors, or the model weights whose datasets were); ``pairing``: the
+    built-in pairing used (:mod:`.pairings`), or None; ``notes``: what a reader should know, one line each
+    (which values were converted: moving averages or raw; the classifier's classes; what was left out).
     """
 
     source: str
@@ -66,6 +68,8 @@ class ModelConvertReport:
     tensors: int
     nbytes: int
     verified: tuple
+    pairing: str | None = None
+    notes: tuple = ()
 
 
 def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="auto", on_mismatch="error",
