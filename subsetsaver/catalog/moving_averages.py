@@ -48,10 +48,10 @@ class WeightsChoice:
         return self.read_from.get(name, name)
 
     def describe(self, total) -> str:
-        """One line for a report: which values of the ``total`` weights were converted."""
+        """One line for a report: which values of the ``total`` weights were converted ('' for the raw values of
+        a checkpoint without moving averages: nothing to choose)."""
         if self.used == "raw":
-            ignored = f"; {len(self.shadows)} moving averages left out (--weights raw)" if self.shadows else ""
-            return f"weights: raw values{ignored}"
+            return f"weights: raw values; their {len(self.shadows)} moving averages left out" if self.shadows else ""
         statistics = (f"; {len(self.raw_statistics)} batch-norm statistics without one read raw"
                       if self.raw_statistics else "")
         return f"weights: moving averages (ExponentialMovingAverage) of {len(self.read_from)} of {total}{statistics}"

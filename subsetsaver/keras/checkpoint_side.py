@@ -31,6 +31,7 @@ import re
 import numpy as np
 
 from .. import catalog as catalog_module
+from ..catalog import read_tensors
 
 # Keras 3 kinds by tf.keras's slot names (OptimizerV2 and the newer tf_keras optimizers).
 _NAMED_KINDS = {
@@ -87,7 +88,7 @@ class CheckpointView:
         """Yield ``(name, array)`` for each of ``names``, one tensor in memory at a time: read from the tensor
         :attr:`read_from` names (checked against its checksum), through its transform."""
         keys = [self.read_from.get(name, name) for name in names]
-        for name, (_, array) in zip(names, catalog_module.read_tensors(self.path, keys)):
+        for name, (_, array) in zip(names, read_tensors(self.path, keys)):
             transform = self.transforms.get(name)
             yield name, (array if transform is None else transform.apply(array))
             del array

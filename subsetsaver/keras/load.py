@@ -124,6 +124,7 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
         raise ValueError("remap renames checkpoint names for match='name'; match='order' pairs by position")
     if match != "order" and order is not None:
         raise ValueError("order= is the checkpoint's creation order for match='order'")
+    model_weights(model)  # a model of the wrong kind is refused before the checkpoint is read
     return load_view(model, checkpoint_view(checkpoint), optimizer, sel, remap, match, on_mismatch, order=order,
                      weights=weights, drop_background_class=drop_background_class)
 

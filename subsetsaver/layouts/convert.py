@@ -24,7 +24,8 @@ import os
 
 from .. import catalog as catalog_module
 from .. import storage
-from ..errors import LayoutMapError
+from ..catalog import choose_weights
+from ..errors import Fix, LayoutMapError, WeightsChoiceError
 from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
@@ -32,6 +33,7 @@ from .coverage import check_coverage, check_family
 from .engine import plan_conversion
 from .maps import load_map
 from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
+from .transforms import Transform
 
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
@@ -45,7 +47,10 @@ class LayoutReport:
     ``rows``: (source name, target name, transform, shape) per target tensor; ``dropped``: source names
     left out by the map's ``drop``; ``files``: what was written (empty for a dry run); ``expected``: how
     many target tensors the config implies (all found: a conversion with any missing or extra is
-    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all.
+    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all;
+    ``weights``: 'ema' (each source tensor read from its moving average, ``read_from``) or 'raw';
+    ``classes``: the classifier's (checkpoint, written) class counts where the map declares one, and
+    ``background_class`` ('dropped' or 'kept'); ``notes``: those in words, one line each.
     """
 
     map: str
@@ -60,16 +65,26 @@ class LayoutReport:
     expected: int = 0
     heads: tuple = ()
     architecture: str | None = None
+    weights: str = "raw"
+    read_from: dict = dataclasses.field(default_factory=dict)
+    classes: tuple | None = None
+    background_class: str | None = None
+    notes: tuple = ()
 
 
 def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
-            dry_run=False, overwrite=False) -> LayoutReport:
+            dry_run=False, overwrite=False, weights=None, drop_background_class=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
     the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
     target config); ``max_shard_size``: past it (``"1GB"``, or bytes) a Hugging Face output is sharded as
-    ``save_pretrained`` shards it (default: its ``"50GB"``). Raises :class:`~subsetsaver.errors.LayoutMapError`
-    before writing anything when the map, the checkpoint or the config does not fit.
+    ``save_pretrained`` shards it (default: its ``"50GB"``). ``weights``: None (the default: each tensor's
+    ``ExponentialMovingAverage`` shadow when every one mapped has one, else the raw values), 'ema' or 'raw'
+    (:func:`~subsetsaver.catalog.choose_weights`); shadows are never mapped themselves.
+    ``drop_background_class``: leave out class 0 of the classifier the map declares (its ``"classifier"``:
+    tf-slim's 1001 ImageNet classes, the background first). Raises :class:`~subsetsaver.errors.LayoutMapError`
+    (:class:`~subsetsaver.errors.WeightsChoiceError` for the two above) before writing anything when the map,
+    the checkpoint or the config does not fit.
 
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
     # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
@@ -80,7 +95,10 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     catalog = catalog_module.file_catalog(source)
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
-    plan = plan_conversion(layout, specs, dropped)
+    shadows = [name for name in catalog.ordered_names if name in catalog.role("average") and name not in dropped]
+    plan = plan_conversion(layout, specs, [*dropped, *shadows])  # a moving average is read in place of its variable
+    choice = choose_weights(catalog, list(plan.source_names), weights, source)
+    plan, classifier = _classifier(layout, plan, drop_background_class, source)
     check_family(layout, plan.source_names, plan.unmapped)
     config_path = _config_path(layout, checkpoint, config)
     target_config = map_config(layout.config, layout.math, read_config(config_path),
@@ -94,16 +112,19 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     out_dir = os.fspath(out_dir)
     rows = tuple(plan.rows())
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
+    notes = tuple(note for note in (choice.describe(len(plan.source_names)), classifier.get("note")) if note)
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
                      dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
-                     architecture=coverage.architecture)
+                     architecture=coverage.architecture, weights=choice.used, read_from=dict(choice.read_from),
+                     classes=classifier.get("classes"), background_class=classifier.get("background_class"),
+                     notes=notes)
     if dry_run:
         return LayoutReport(**described, files=(), dry_run=True)
     config_file = storage.join(out_dir, layout.target["config"])
     prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
                        config_file], overwrite)
-    stream = TensorStream(plan.specs, plan.stream(catalog_module.read_tensors(source, plan.source_names)))
+    stream = TensorStream(plan.specs, plan.stream(_read(source, plan.source_names, choice)))
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
                                             max_shard_bytes=max_shard_bytes, overwrite=overwrite)
@@ -111,6 +132,47 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
         weights = (write_tf_checkpoint(prefix, stream, overwrite=overwrite),)
     storage.write_bytes(config_file, config_bytes(target_config, layout.target["config"]))
     return LayoutReport(**described, files=(*weights, config_file), dry_run=False)
+
+
+def _read(source, names, choice):
+    """(name, array) for each of ``names``, each read from the tensor ``choice`` says (its moving average)."""
+    keys = [choice.key(name) for name in names]
+    for name, (_, array) in zip(names, catalog_module.read_tensors(source, keys)):
+        yield name, array
+        del array
+
+
+def _classifier(layout, plan, drop, source):
+    """``plan`` with class 0 of the map's classifier left out (``drop``), and what the report says of it."""
+    found = {target: axis for target, axis in layout.classifier.items() if target in plan.specs}
+    if not found or len(found) != len(layout.classifier):
+        if drop:
+            raise WeightsChoiceError(f"drop_background_class: map '{layout.name}' declares no classifier that "
+                                     f"checkpoint '{source}' has (\"classifier\": target names and class axes)",
+                                     fixes=[Fix("drop_background_class", False, "to convert without it")])
+        return plan, {}
+    classes = {plan.specs[target][0][axis] for target, axis in found.items()}
+    if len(classes) != 1:
+        raise LayoutMapError(f"map '{layout.name}': the classifier's tensors {', '.join(found)} have "
+                             f"{' and '.join(map(str, sorted(classes)))} classes", fix="check the map's \"classifier\"")
+    count = classes.pop()
+    if not drop:
+        return plan, {"classes": (count, count), "background_class": "kept",
+                      "note": f"classes: {count}, as the checkpoint holds them"}
+    steps = []
+    for step in plan.steps:
+        axes = [found.get(target) for target in step.targets]
+        if any(axis is not None for axis in axes):
+            if len(step.targets) != 1:
+                raise LayoutMapError(f"{step.rule.text} splits the classifier; class 0 cannot be dropped from it")
+            rule = dataclasses.replace(step.rule, transforms=(*step.rule.transforms, Transform("drop_first", axes[0])))
+            (shape, dtype), = step.specs
+            specs = (Transform("drop_first", axes[0]).spec(shape, dtype),)
+            step = dataclasses.replace(step, rule=rule, specs=specs)
+        steps.append(step)
+    return dataclasses.replace(plan, steps=tuple(steps)), {
+        "classes": (count, count - 1), "background_class": "dropped",
+        "note": f"classes: {count - 1} of the checkpoint's {count} (class 0, the background, dropped)"}
 
 
 def _shard_bytes(max_shard_size):

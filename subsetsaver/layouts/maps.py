@@ -48,7 +48,8 @@ MAX_MAP_BYTES = 4 * 1024 * 1024
 _PLACEHOLDER = re.compile(r"\{(\d+)(?::(0\d+|)d)?\}")
 """``{1}`` puts a capture back as it is; ``{1:d}`` as a number (``000`` -> ``0``), ``{1:03d}`` zero-padded."""
 _NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(?:0\d+)?d)?\}")
-_MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets"}
+_MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets",
+             "classifier"}
 _RULE_KEYS = {"from", "to", "transform", "concat", "split"}
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
 _GROUP_KEYS = {"tensors", "repeat", "when", "config"}
@@ -131,6 +132,8 @@ class LayoutMap:
     math: dict
     targets: dict
     path: str
+    classifier: dict = dataclasses.field(default_factory=dict)
+    """Target name -> its class axis, for the tensors of a classifier (``--drop-background-class``)."""
 
     @property
     def source_layout(self) -> str:
@@ -205,7 +208,17 @@ def parse_map(data, path="<map>") -> LayoutMap:
     return LayoutMap(name=str(data["name"]), family=str(data.get("family", data["name"])), source=data["source"],
                      target=data["target"], drop=data.get("drop"), rules=rules, config=config,
                      math=_parse_math(data["math"], config, where), targets=_parse_targets(data["targets"], where),
-                     path=path)
+                     path=path, classifier=_parse_classifier(data.get("classifier", {}), where))
+
+
+def _parse_classifier(value, where) -> dict:
+    """``"classifier": {"TARGET": CLASS_AXIS, ...}``: the target tensors of a classifier and the axis of
+    their classes."""
+    _require_object(value, f"{where}, \"classifier\"")
+    if not all(type(axis) is int for axis in value.values()):
+        raise LayoutMapError(f"{where}: \"classifier\" maps each target name to its class axis (an integer)",
+                             fix=_HOW_TO_WRITE)
+    return dict(value)
 
 
 _HOW_TO_WRITE = "see \"Writing a map\" in docs/leaving_tensorflow.md"
