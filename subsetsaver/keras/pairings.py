@@ -80,25 +80,30 @@ def builtin_pairing(model, view) -> BuiltinPairing | None:
         return None
     pairs = _convolutions_with_batch_norms(model)
     dense = [layer for layer in getattr(model, "layers", ()) if type(layer).__name__ == "Dense"]
-    if pairs is None or len(pairs) != len(INCEPTION_V3_CONVOLUTIONS) or len(dense) != 1:
+    if pairs is None or len(pairs) != len(INCEPTION_V3_CONVOLUTIONS) or len(dense) > 1:
         found = "no Keras functional model" if pairs is None else \
             f"{len(pairs)} convolutions with batch norms and {len(dense)} dense layers"
         raise CheckpointMismatchError(
             f"checkpoint '{view.path}' is tf-slim's InceptionV3, which pairs only with keras.applications.InceptionV3 "
-            f"({len(INCEPTION_V3_CONVOLUTIONS)} convolutions with batch norms and a dense classifier); the model "
+            f"({len(INCEPTION_V3_CONVOLUTIONS)} convolutions with batch norms and a dense classifier, or none with "
+            "include_top=False); the model "
             f"has {found}: build it with keras.applications.InceptionV3(weights=None, classes=...)", path=view.path)
     remap, transforms = {}, {}
     for scope, (convolution, batch_norm) in zip(INCEPTION_V3_CONVOLUTIONS, pairs):
         remap[f"{scope}/weights"] = convolution.kernel.path
         for name, variable in zip(_BATCH_NORM, batch_norm.weights):
             remap[f"{scope}/BatchNorm/{name}"] = variable.path
-    classifier = dense[0]
-    remap[f"{INCEPTION_V3_LOGITS}/weights"] = classifier.kernel.path
-    remap[f"{INCEPTION_V3_LOGITS}/biases"] = classifier.bias.path
-    transforms[f"{INCEPTION_V3_LOGITS}/weights"] = squeeze_1x1()
+    notes = ()
+    if dense:
+        remap[f"{INCEPTION_V3_LOGITS}/weights"] = dense[0].kernel.path
+        remap[f"{INCEPTION_V3_LOGITS}/biases"] = dense[0].bias.path
+        transforms[f"{INCEPTION_V3_LOGITS}/weights"] = squeeze_1x1()
+    elif f"{INCEPTION_V3_LOGITS}/weights" in view.contents:
+        notes += (f"left out tf-slim's logits ({INCEPTION_V3_LOGITS}): the model has no classifier",)
     auxiliary = tuple(name for name in view.weights if name.startswith(f"{INCEPTION_V3}/AuxLogits/"))
-    notes = (f"left out tf-slim's auxiliary head ({len(auxiliary)} tensors under {INCEPTION_V3}/AuxLogits): "
-             "keras.applications.InceptionV3 has none",) if auxiliary else ()
+    if auxiliary:
+        notes += (f"left out tf-slim's auxiliary head ({len(auxiliary)} tensors under {INCEPTION_V3}/AuxLogits): "
+                  "keras.applications.InceptionV3 has none",)
     return BuiltinPairing("tf-slim inception_v3 -> keras.applications.InceptionV3", remap, transforms, auxiliary,
                           notes)
 
