@@ -66,8 +66,7 @@ def test_weights_raw_converts_the_raw_values(tmp_path):
     report = ss.keras.convert_weights(source, output, build_six, weights="raw")
     got = {weight.path: np.asarray(weight.numpy()) for weight in _loaded(build_six(), output).weights}
     assert all(got[name].tobytes() == values[name].tobytes() for name in SHAPES)
-    assert report.notes == ("weights: raw values; their 4 moving averages left out",
-                            "classes: 6, as the checkpoint holds them")
+    assert report.notes == ("weights: raw values; their 4 moving averages left out",)
     assert (report.load.weights, report.load.read_from, report.load.background_class) == ("raw", {}, "kept")
 
 
@@ -102,7 +101,7 @@ def test_weights_ema_without_averages_is_refused(tmp_path):
     assert str(refused.value) == (f"checkpoint '{source}' holds no moving averages (ExponentialMovingAverage) of its "
                                   "4 weights; pass weights='raw' to convert the raw values")
     report = ss.keras.convert_weights(source, tmp_path / "net.weights.h5", build_six)
-    assert (report.load.weights, report.notes) == ("raw", ("classes: 6, as the checkpoint holds them",))
+    assert (report.load.weights, report.notes) == ("raw", ())
 
 
 def test_batch_norm_statistics_without_averages_are_read_raw(tmp_path):
@@ -169,7 +168,8 @@ def test_the_command_line_names_its_flags(tmp_path, run_cli, monkeypatch):
     code, out, err = run_cli("convert", "partial.safetensors", "out.npz", "--weights", "raw")
     assert (code, out, err) == (
         2, "", "Usage: subsetsaver convert [OPTIONS] SOURCE OUTPUT\nTry 'subsetsaver convert --help' for help.\n\n"
-           "Error: --weights is for --to keras --model or --map (conversions that map a model's weights)\n")
+           "Error: --weights is for --to keras --model, --to object --model or --map (conversions that map a model's "
+           "weights)\n")
 
 
 def test_load_checkpoint_reads_raw_values_unless_asked(tmp_path):

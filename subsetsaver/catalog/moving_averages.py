@@ -14,6 +14,9 @@ with the variable it averages), never by parsing names here.
   trainable variables only). Shadows of some weights but not of others are refused: a mix of two models
   is no model. ``weights="raw"`` reads the raw values, ``weights="ema"`` demands a shadow of every weight.
 
+:func:`classes_note` words what a conversion did with a classifier's background class (tf-slim's 1001
+ImageNet classes, class 0 the background), for the reports of every conversion.
+
 Example::
 
     choice = choose_weights(catalog, ['conv/w', 'conv/b'], None, 'train/model.ckpt-9')
@@ -94,3 +97,19 @@ def choose_weights(catalog, names, weights, source) -> WeightsChoice:
                                  fixes=[Fix("weights", "raw", "to convert the raw values")])
     raw_statistics = tuple(name for name in names if name not in averaged)
     return WeightsChoice("ema", averaged, raw_statistics, tuple(averaged.values()))
+
+
+SLIM_IMAGENET_CLASSES = 1001
+"""tf-slim's ImageNet classifiers: 1000 classes after a background class 0."""
+
+
+def classes_note(classes, background_class) -> str:
+    """The report's line on a classifier's ``classes`` (checkpoint's, written) and its ``background_class``."""
+    if classes is None:
+        return ""
+    found, kept = classes
+    if background_class == "dropped":
+        return f"classes: {kept} of the checkpoint's {found} (class 0, the background, dropped)"
+    if found == SLIM_IMAGENET_CLASSES:
+        return f"classes: {found}, as the checkpoint holds them (class 0, tf-slim's background, kept)"
+    return ""

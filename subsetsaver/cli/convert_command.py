@@ -50,9 +50,10 @@ from .output import echo_json
 @click.option("--weights", "weights", type=click.Choice(["ema", "raw"]),
               help="With --to keras --model or --map: convert each weight's moving average "
                    "(tf.train.ExponentialMovingAverage's shadow, as tf-slim's eval_image_classifier restores) or its "
-                   "raw value (default: the averages when every weight has one, the raw values when none has).")
+                   "raw value (default: the averages when every weight has one, the raw values when none has); with "
+                   "--to object (training state) raw unless --weights ema.")
 @click.option("--drop-background-class", "drop_background_class", is_flag=True,
-              help="With --to keras --model or --map: leave out class 0 of a classifier with one class more than "
+              help="With --to keras --model, --to object --model or --map: leave out class 0 of a classifier with one class more than "
                    "the target's (tf-slim's 1001 ImageNet classes, the background first, into 1000).")
 @click.option("--dry-run", is_flag=True, help="With --map: print source name, target name, transform and shape, "
               "and the coverage (tensors the config implies, found, missing, extra); write nothing.")
@@ -91,17 +92,18 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
                         ("--dry-run", dry_run or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
-    if not (to == "keras" and model is not None):
+    if not (to in ("keras", "object") and model is not None):
         for flag, given in (("--weights", weights), ("--drop-background-class", drop_background_class or None)):
             if given is not None:
-                raise click.UsageError(f"{flag} is for --to keras --model or --map (conversions that map a model's "
-                                       "weights)")
+                raise click.UsageError(f"{flag} is for --to keras --model, --to object --model or --map (conversions "
+                                       "that map a model's weights)")
     if to == "object":
         if model is None:
             raise click.UsageError("--to object needs --model MODULE:FUNCTION: a function that returns the Keras 3 "
                                    "model (or tf.Module, or (model, optimizer)) to write")
         _to_object(source, output, model, keep=keep, remap=parse_remap(remap), match=match or "auto",
-                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer)
+                   on_mismatch=on_mismatch or "error", force=force, as_json=as_json, optimizer=not no_optimizer,
+                   weights=weights or "raw", drop_background_class=drop_background_class)
         return
     if to == "keras" and model is not None:
         for flag, given in (("--keep", keep), ("--on-mismatch", on_mismatch), ("--no-optimizer", no_optimizer or None)):
@@ -139,9 +141,11 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
         click.echo(f"warning: --keep \"{keep}\" leaves out no tensor of {report.source}", err=True)
 
 
-def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json, optimizer=True):
+def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force, as_json, optimizer=True,
+               weights="raw", drop_background_class=False):
     report = keras.convert_checkpoint(source, output, model, keep=keep, remap=remap, match=match,
-                                      on_mismatch=on_mismatch, overwrite=force, optimizer=optimizer)
+                                      on_mismatch=on_mismatch, overwrite=force, optimizer=optimizer, weights=weights,
+                                      drop_background_class=drop_background_class)
     load = report.load
     left = [*load.initialized, *load.optimizer_initialized]
     if as_json:
@@ -152,7 +156,9 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
                    "restored": dict(load.restored), "optimizer_restored": dict(load.optimizer_restored),
                    "iterations": load.iterations, "initialized": list(load.initialized),
                    "optimizer_initialized": list(load.optimizer_initialized), "unused": list(load.unused),
-                   "verified": list(report.verified)})
+                   "verified": list(report.verified), "weights": load.weights, "read_from": dict(load.read_from),
+                   "classes": None if load.classes is None else list(load.classes),
+                   "background_class": load.background_class, "notes": list(report.notes)})
         return
     click.echo(f"wrote {format_noun('object')} {report.output}: {report.tensors} tensors, {format_bytes(report.nbytes)} "
                f"(from {report.source}, through {report.builder})")
@@ -164,6 +170,8 @@ def _to_object(source, output, model, *, keep, remap, match, on_mismatch, force,
     if load.iterations is not None:
         loaded += f" (iterations {load.iterations})"
     click.echo(f"{loaded}; all {len(report.verified)} read back bit-exact")
+    for note in report.notes:
+        click.echo(note)
     if left:
         click.echo(f"left as built: {', '.join(left)}")
     if load.unused:

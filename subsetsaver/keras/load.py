@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..catalog import choose_weights
+from ..catalog import choose_weights, classes_note
 from ..errors import Blank, CheckpointMismatchError, Fix, WeightsChoiceError
 from ..planning import ON_MISMATCH, remap_in_words
 from ..selectors import as_selector
@@ -76,13 +76,9 @@ class CheckpointLoadReport:
 
     @property
     def classes_note(self) -> str:
-        """One line on the classifier's classes, for a report ('' when the model has no classifier)."""
-        if self.classes is None:
-            return ""
-        found, kept = self.classes
-        if self.background_class == "dropped":
-            return f"classes: {kept} of the checkpoint's {found} (class 0, the background, dropped)"
-        return f"classes: {found}, as the checkpoint holds them"
+        """One line on the classifier's classes, for a report: where class 0 was dropped, or kept of tf-slim's
+        1001 ImageNet classes ('' otherwise: nothing to choose)."""
+        return classes_note(self.classes, self.background_class)
 
 
 def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, match="auto", on_mismatch="error", *,

@@ -24,7 +24,7 @@ import os
 
 from .. import catalog as catalog_module
 from .. import storage
-from ..catalog import choose_weights
+from ..catalog import choose_weights, classes_note
 from ..errors import Fix, LayoutMapError, WeightsChoiceError
 from ..formats import safetensors
 from ..selectors import parse
@@ -158,7 +158,7 @@ def _classifier(layout, plan, drop, source):
     count = classes.pop()
     if not drop:
         return plan, {"classes": (count, count), "background_class": "kept",
-                      "note": f"classes: {count}, as the checkpoint holds them"}
+                      "note": classes_note((count, count), "kept")}
     steps = []
     for step in plan.steps:
         axes = [found.get(target) for target in step.targets]
@@ -172,7 +172,7 @@ def _classifier(layout, plan, drop, source):
         steps.append(step)
     return dataclasses.replace(plan, steps=tuple(steps)), {
         "classes": (count, count - 1), "background_class": "dropped",
-        "note": f"classes: {count - 1} of the checkpoint's {count} (class 0, the background, dropped)"}
+        "note": classes_note((count, count - 1), "dropped")}
 
 
 def _shard_bytes(max_shard_size):
