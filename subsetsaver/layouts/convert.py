@@ -29,6 +29,7 @@ from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
 from .coverage import check_coverage, check_family
+from .electra_config import read_electra_config
 from .engine import plan_conversion
 from .maps import load_map
 from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
@@ -45,7 +46,10 @@ class LayoutReport:
     ``rows``: (source name, target name, transform, shape) per target tensor; ``dropped``: source names
     left out by the map's ``drop``; ``files``: what was written (empty for a dry run); ``expected``: how
     many target tensors the config implies (all found: a conversion with any missing or extra is
-    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all.
+    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all;
+    ``variant``: which model of the checkpoint was converted (None for a map without variants);
+    ``config``: the config file used, or, for a family whose config may come from its tensors, what it
+    was derived from.
     """
 
     map: str
@@ -60,13 +64,15 @@ class LayoutReport:
     expected: int = 0
     heads: tuple = ()
     architecture: str | None = None
+    variant: str | None = None
 
 
-def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
+def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None, max_shard_size=None,  # noqa: A002
             dry_run=False, overwrite=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
-    the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
+    the checkpoint; ``variant``: which model of a checkpoint that holds several (``electra-to-hf``:
+    ``"discriminator"``, the default, or ``"generator"``); ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
     target config); ``max_shard_size``: past it (``"1GB"``, or bytes) a Hugging Face output is sharded as
     ``save_pretrained`` shards it (default: its ``"50GB"``). Raises :class:`~subsetsaver.errors.LayoutMapError`
     before writing anything when the map, the checkpoint or the config does not fit.
@@ -74,7 +80,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
     # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
     """
-    layout = load_map(map)
+    layout = load_map(map, variant)
     max_shard_bytes = _shard_bytes(max_shard_size)
     source = _source_path(layout, checkpoint)
     catalog = catalog_module.file_catalog(source)
@@ -82,9 +88,12 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
     plan = plan_conversion(layout, specs, dropped)
     check_family(layout, plan.source_names, plan.unmapped)
-    config_path = _config_path(layout, checkpoint, config)
-    target_config = map_config(layout.config, layout.math, read_config(config_path),
-                               source_name=f"config '{config_path}'")
+    if layout.source.get("config_reader") == "electra":
+        config_path, source_config, source_name = _electra_config(layout, checkpoint, config, specs)
+    else:
+        config_path = _config_path(layout, checkpoint, config)
+        source_config, source_name = read_config(config_path), f"config '{config_path}'"
+    target_config = map_config(layout.config, layout.math, source_config, source_name=source_name)
     coverage = check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
     target_config.update(coverage.config_additions)
     if coverage.architecture:
@@ -96,7 +105,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
                      dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
-                     architecture=coverage.architecture)
+                     architecture=coverage.architecture, variant=layout.variant)
     if dry_run:
         return LayoutReport(**described, files=(), dry_run=True)
     config_file = storage.join(out_dir, layout.target["config"])
@@ -127,6 +136,16 @@ def _config_path(layout, checkpoint, given):
         where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"
         raise LayoutMapError(where, fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
     return path
+
+
+def _electra_config(layout, checkpoint, given, specs):
+    """(what the config came from, the variant model's config, its name in messages): ``given``, or the
+    map's config file beside the checkpoint, else the checkpoint's shapes (see :mod:`.electra_config`)."""
+    name = layout.source.get("config")
+    path = find_config(checkpoint, name, given) if name or given else None
+    data = read_config(path) if path is not None else None
+    model_config, kind = read_electra_config(data, specs, layout.variant)
+    return (path or kind), model_config, (f"{kind} '{path}'" if path is not None else kind)
 
 
 def _label_config(path, target_config) -> dict:
