@@ -52,7 +52,7 @@ SEGMENT_IDS = np.array([[0] * 5 + [1] * 5, [0] * 6 + [1] * 4], np.int32)
 # ELECTRA-Base (embedding_size = hidden_size, no projection) with untied generator embeddings and half the
 # layers. The head counts follow ELECTRA's rule (hidden_size // 64) but in "base", which overrides it.
 CASES = {
-    "small": {"model_size": "small", "vocab_size": 101, "embedding_size": 32, "generator_hidden_size": 0.25,
+    "small": {"model_size": "small", "vocab_size": 101, "embedding_size": 32, "generator_hidden_size": 0.5,
               "model_hparam_overrides": {"hidden_size": 128, "num_hidden_layers": 2, "max_position_embeddings": 24}},
     "base": {"model_size": "base", "vocab_size": 99, "embedding_size": None, "generator_hidden_size": 0.5,
              "generator_layers": 0.5, "untied_generator_embeddings": True,

@@ -104,7 +104,7 @@ def test_an_unknown_rule_key_is_refused_rather_than_ignored(tmp_path):
     path = save(tmp_path, bert_map(lambda data: data["rules"][0].update(optional=True)))
     with pytest.raises(ss.LayoutMapError) as error:
         layouts.load_map(path)
-    assert str(error.value) == (f"layout map '{path}', rule 1 has an unknown key \"optional\" (known: concat, from, "
+    assert str(error.value) == (f"layout map '{path}', rule 1 has an unknown key \"optional\" (known: concat, fallback, from, "
                                 "split, to, transform); see \"Writing a map\" in docs/leaving_tensorflow.md")
 
 
