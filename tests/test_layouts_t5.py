@@ -146,3 +146,33 @@ def test_adafactor_state_and_the_step_are_dropped_by_role(saved, tmp_path):
     assert specs["encoder.block.1.layer.1.DenseReluDense.wi_0.weight"] == ((48, 32), "float32")
     assert specs["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] == ((8, 4), "float32")
     assert specs["lm_head.weight"] == ((128, 32), "float32")
+
+
+
+def test_a_t5_checkpoint_in_a_bucket_converts_without_fetching_adafactor_state(saved, server_store, tmp_path):
+    """Straight from gs:// or s3://: the weights' bytes cross the socket, Adafactor's state does not. The state
+    is unfactored (Adafactor's ``factored = False``: a ``_slot_v`` as large as each weight), so fetching it
+    would double the bytes."""
+    import fsspec
+
+    source = saved("v1.1-unfactored")
+    with tf_bundle.BundleReader(source / CHECKPOINT) as reader:
+        slots = [name for name in reader.names if "_slot_" in name]
+        state = sum(reader.read(name).nbytes for name in slots)
+        kept = sum(reader.read(name).nbytes for name in reader.names if name not in slots and name != "global_step")
+    filesystem = fsspec.filesystem(server_store.protocol)
+    for name in ("model.ckpt-1.index", "model.ckpt-1.data-00000-of-00001", "operative_config.gin"):
+        filesystem.put_file(str(source / name), server_store.url(name))
+    server_store.relay.reset()
+
+    report = ss.convert(server_store.url(CHECKPOINT), tmp_path / "hf", map="t5-to-hf")
+
+    fetched = server_store.relay.received
+    assert report.config == server_store.url("operative_config.gin")
+    assert list(report.dropped) == sorted([*slots, "global_step"]) and len(slots) == 52
+    assert all(name.endswith("_slot_v") for name in slots)
+    assert state == kept == report.nbytes == 12_857_600  # fetching the state would double the bytes
+    assert fetched <= 1.05 * kept + 64 * 1024, (fetched, kept)  # the index, the gin file and the headers
+    ss.convert(source / CHECKPOINT, tmp_path / "from-disk", map="t5-to-hf")
+    for name in ("model.safetensors", "config.json"):
+        assert (tmp_path / "hf" / name).read_bytes() == (tmp_path / "from-disk" / name).read_bytes(), name
