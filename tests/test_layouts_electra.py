@@ -311,14 +311,16 @@ def test_cli_variant_refusals_are_one_line_and_the_dry_run_names_the_variant(tmp
 def test_the_projection_is_expected_exactly_when_the_embeddings_are_narrower(tmp_path):
     wide = electra_checkpoint(tmp_path / "wide", hidden=8, embedding=8, generator_hidden=8, project=True)
     assert refused(wide, tmp_path / "out", map="electra-to-hf") == (
-        "this ELECTRA (google-research/electra) checkpoint holds 2 tensors the map and config do not describe: "
-        "electra/embeddings_project/kernel, electra/embeddings_project/bias; drop the extra tensors in a copy of the "
-        "map (its \"drop\"), or give them rules")
+        "this ELECTRA (google-research/electra) checkpoint, read as the discriminator, holds 2 tensors the map and "
+        "config do not describe: electra/embeddings_project/kernel, electra/embeddings_project/bias; drop the extra "
+        "tensors in a copy of the map (its \"drop\"), or give them rules; or convert it as the generator "
+        "(--variant generator)")
     narrow = electra_checkpoint(tmp_path / "narrow", hidden=8, embedding=4, generator_hidden=6, project=False)
     assert refused(narrow, tmp_path / "out", map="electra-to-hf", variant="generator") == (
-        "this ELECTRA (google-research/electra) checkpoint lacks 2 tensors the config needs: "
+        "this ELECTRA (google-research/electra) checkpoint, read as the generator, lacks 2 tensors the config needs: "
         "generator/embeddings_project/kernel, generator/embeddings_project/bias; convert a whole checkpoint of the "
-        "family, or give the config that describes it with --config")
+        "family, or give the config that describes it with --config; or convert it as the discriminator "
+        "(--variant discriminator)")
 
 
 def test_a_generator_of_another_size_than_the_hparams_imply_is_refused_by_shape(tmp_path):
@@ -330,14 +332,14 @@ def test_a_generator_of_another_size_than_the_hparams_imply_is_refused_by_shape(
     message = refused(checkpoint, tmp_path / "out", map="electra-to-hf", variant="generator",
                       config=tmp_path / "hparams.json")
     assert message == (
-        "this ELECTRA (google-research/electra) checkpoint lacks 2 tensors the config needs: "
+        "this ELECTRA (google-research/electra) checkpoint, read as the generator, lacks 2 tensors the config needs: "
         "generator/embeddings_project/kernel, generator/embeddings_project/bias; has 17 tensors of the wrong shape: "
         "generator/encoder/layer_0/attention/self/query/kernel gives electra.encoder.layer.0.attention.self.query.weight "
         "[4, 4] where the config implies [2, 2], generator/encoder/layer_0/attention/self/query/bias gives "
         "electra.encoder.layer.0.attention.self.query.bias [4] where the config implies [2], "
         "generator/encoder/layer_0/attention/self/key/kernel gives electra.encoder.layer.0.attention.self.key.weight "
         "[4, 4] where the config implies [2, 2] and 14 more; convert a whole checkpoint of the family, or give the "
-        "config that describes it with --config")
+        "config that describes it with --config; or convert it as the discriminator (--variant discriminator)")
 
 
 def test_a_run_without_a_separate_generator_is_refused_by_its_hparams(tmp_path):
@@ -390,3 +392,27 @@ def test_without_the_fallback_the_untied_generator_embeddings_collide(tmp_path):
         "rule 6 (electra/embeddings/word_embeddings -> electra.embeddings.word_embeddings.weight) writes "
         "'electra.embeddings.word_embeddings.weight', which rule 1 (generator/embeddings/word_embeddings -> "
         "electra.embeddings.word_embeddings.weight) writes too; make the target names of the map unique")
+
+
+def test_a_generator_directory_converted_back_as_the_discriminator_names_the_other_variant(tmp_path, run_cli):
+    checkpoint = electra_checkpoint(tmp_path / "electra", hidden=8, embedding=4, generator_hidden=6)
+    ss.convert(checkpoint, tmp_path / "gen-hf", map="electra-to-hf", variant="generator")
+    result = run_cli("convert", tmp_path / "gen-hf", tmp_path / "out", "--map", "hf-to-electra")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "subsetsaver: error: this Hugging Face ELECTRA checkpoint, read as the discriminator, lacks 4 tensors the "
+        "config needs: discriminator_predictions.dense.weight, discriminator_predictions.dense.bias, "
+        "discriminator_predictions.dense_prediction.weight and 1 more; holds 5 tensors the map and config do not "
+        "describe: "
+        "generator_predictions.dense.weight, generator_predictions.dense.bias, generator_predictions.LayerNorm.weight "
+        "and 2 more; convert a whole checkpoint of the family, or give the config that describes it with --config; "
+        "drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; or convert it as the "
+        "generator (--variant generator)\n")
+    assert not os.path.exists(tmp_path / "out")
+    report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
+    with tf_bundle.BundleReader(checkpoint) as before, tf_bundle.BundleReader(tmp_path / "out" / "model.ckpt") as after:
+        assert sorted(after.names) == sorted(name for name in before.names if name.startswith(
+            ("electra/embeddings/", "generator/", "generator_predictions/")))
+        for name in after.names:
+            assert before.read(name).tobytes() == after.read(name).tobytes(), name
+    assert (report.variant, report.expected) == ("generator", 28)

@@ -94,7 +94,7 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
         config_path = _config_path(layout, checkpoint, config)
         source_config, source_name = read_config(config_path), f"config '{config_path}'"
     target_config = map_config(layout.config, layout.math, source_config, source_name=source_name)
-    coverage = check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    coverage = _checked_coverage(layout, plan, target_config)
     target_config.update(coverage.config_additions)
     if coverage.architecture:
         target_config["architectures"] = [coverage.architecture]
@@ -136,6 +136,24 @@ def _config_path(layout, checkpoint, given):
         where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"
         raise LayoutMapError(where, fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
     return path
+
+
+def _checked_coverage(layout, plan, target_config):
+    """:func:`check_coverage`; for a map with variants a refusal also names the other variants, since a
+    directory of the other model (a generator given to the discriminator's variant) is refused so."""
+    try:
+        return check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    except LayoutMapError as error:
+        others = [name for name in layout.variants if name != layout.variant]
+        if not others:
+            raise
+        message = str(error)[:-len(f"; {error.fix}")] if error.fix else str(error)
+        subject = f"this {layout.family} checkpoint "
+        message = message.replace(subject, f"{subject.rstrip()}, read as the {layout.variant}, ", 1) \
+            if message.startswith(subject) else f"{message} (read as the {layout.variant})"
+        raise LayoutMapError(message, fix="; ".join(
+            [*([error.fix] if error.fix else []), f"or convert it as the {' or '.join(others)} "
+             f"(--variant {' or --variant '.join(others)})"])) from None
 
 
 def _electra_config(layout, checkpoint, given, specs):
