@@ -41,7 +41,8 @@ from .output import echo_json
                    "such as bert-to-hf or hf-to-bert (a name that is not one lists them all), or a map file's path.")
 @click.option("--config", "config", metavar="FILE",
               help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
-                   "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
+                   "albert_config.json, GPT-2's hparams.json, an ELECTRA run's --hparams JSON; Hugging Face's "
+                   "config.json).")
 @click.option("--variant", "variant", metavar="NAME",
               help="With --map: which model of a checkpoint that holds several (electra-to-hf, hf-to-electra: "
                    "discriminator, the default, or generator).")
