@@ -41,7 +41,11 @@ from .output import echo_json
                    "such as bert-to-hf or hf-to-bert (a name that is not one lists them all), or a map file's path.")
 @click.option("--config", "config", metavar="FILE",
               help="With --map: the model family's config, when it is not beside SOURCE (bert_config.json, "
-                   "albert_config.json, GPT-2's hparams.json; Hugging Face's config.json).")
+                   "albert_config.json, GPT-2's hparams.json, an ELECTRA run's --hparams JSON; Hugging Face's "
+                   "config.json).")
+@click.option("--variant", "variant", metavar="NAME",
+              help="With --map: which model of a checkpoint that holds several (electra-to-hf, hf-to-electra: "
+                   "discriminator, the default, or generator).")
 @click.option("--max-shard-size", "max_shard_size", metavar="SIZE",
               help="With --map to Hugging Face's layout: shard the weights past SIZE (1GB, 500MB, 2GiB) as "
                    "save_pretrained does, with model.safetensors.index.json (default: 50GB, as save_pretrained).")
@@ -60,7 +64,7 @@ from .output import echo_json
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary line.")
 def convert_command(source, output, keep, to, model, match, on_mismatch, no_optimizer, remap, layout_map, config,
-                    max_shard_size, labels, weights, drop_background_class, dry_run, force, as_json):
+                    variant, max_shard_size, labels, weights, drop_background_class, dry_run, force, as_json):
     """Convert SOURCE to OUTPUT: a TensorFlow checkpoint (prefix or directory), an .npz or a
     .safetensors file into another of them, without TensorFlow. A TensorFlow 2 object-based
     checkpoint (tf.train.Checkpoint, Keras save_weights) converted --to name is written as a TF1
@@ -84,11 +88,12 @@ def convert_command(source, output, keep, to, model, match, on_mismatch, no_opti
                             ("--on-mismatch", on_mismatch), ("--remap", remap or None)):
             if given is not None:
                 raise click.UsageError(f"{flag} does not go with --map: the map says what is kept and renamed")
-        _with_map(source, output, layout_map, config=config, labels=labels, max_shard_size=max_shard_size,
-                  dry_run=dry_run, force=force, as_json=as_json, weights=weights,
+        _with_map(source, output, layout_map, config=config, variant=variant, labels=labels,
+                  max_shard_size=max_shard_size, dry_run=dry_run, force=force, as_json=as_json, weights=weights,
                   drop_background_class=drop_background_class)
         return
-    for flag, given in (("--config", config), ("--labels", labels), ("--max-shard-size", max_shard_size),
+    for flag, given in (("--config", config), ("--variant", variant), ("--labels", labels),
+                        ("--max-shard-size", max_shard_size),
                         ("--dry-run", dry_run or None)):
         if given is not None:
             raise click.UsageError(f"{flag} is for --map NAME (a layout map)")
@@ -203,16 +208,18 @@ def _to_keras(source, output, model, *, remap, match, force, as_json, weights=No
                    + (" ...)" if len(load.unused) > 3 else ")"))
 
 
-def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry_run, force, as_json, weights=None,
-              drop_background_class=False):
-    report = layouts.convert(source, output, map=layout_map, config=config, labels=labels,
+def _with_map(source, output, layout_map, *, config, variant, labels, max_shard_size, dry_run, force, as_json,
+              weights=None, drop_background_class=False):
+    report = layouts.convert(source, output, map=layout_map, config=config, variant=variant, labels=labels,
                              max_shard_size=max_shard_size, dry_run=dry_run, overwrite=force, weights=weights,
                              drop_background_class=drop_background_class)
     coverage = (f"coverage: {report.expected} tensors the config implies, {report.expected} found, 0 missing, "
                 f"0 extra; heads: {', '.join(report.heads) or 'none'}"
                 + (f"; loads as {report.architecture}" if report.architecture else ""))
+    by_map = f"map {report.map}" + (f" (variant {report.variant})" if report.variant else "")
     if as_json:
-        echo_json({"source": report.source, "output": report.out_dir, "map": report.map, "config": report.config,
+        echo_json({"source": report.source, "output": report.out_dir, "map": report.map, "variant": report.variant,
+                   "config": report.config,
                    "dry_run": report.dry_run, "files": list(report.files), "bytes": report.nbytes,
                    "dropped": list(report.dropped), "architecture": report.architecture, "heads": list(report.heads),
                    "coverage": {"expected": report.expected, "found": report.expected, "missing": 0, "extra": 0},
@@ -229,13 +236,15 @@ def _with_map(source, output, layout_map, *, config, labels, max_shard_size, dry
         for source_name, target, transform, shape in report.rows:
             click.echo(f"{source_name:<{widths[0]}}  {target:<{widths[1]}}  {transform or '-':<{widths[2]}}  "
                        f"{list(shape)}")
+        if report.variant:
+            click.echo(f"variant {report.variant} of map {report.map}; config {report.config}")
         click.echo(coverage)
         for note in report.notes:
             click.echo(note)
         click.echo(f"{len(report.rows)} tensors, {format_bytes(report.nbytes)}; dropped {len(report.dropped)} "
                    "by the map's \"drop\"; nothing written (--dry-run)")
         return
-    click.echo(f"wrote {report.out_dir} by map {report.map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
+    click.echo(f"wrote {report.out_dir} by {by_map}: {len(report.rows)} tensors, {format_bytes(report.nbytes)} "
                f"({', '.join(report.files)}; from {report.source}, config {report.config})")
     click.echo(coverage)
     for note in report.notes:

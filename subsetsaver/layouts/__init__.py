@@ -1,11 +1,13 @@
 """Leaving TensorFlow: layout maps from one model family's checkpoint layout to another library's.
 
 A map is a JSON data file (``layouts/maps/NAME.json``, shipped: ``bert-to-hf``, ``albert-to-hf``,
-``gpt2-to-hf``, ``t5-to-hf`` and their reverses ``hf-to-bert``, ``hf-to-albert``, ``hf-to-gpt2``,
-``hf-to-t5``) of renames, per-tensor transforms, what to drop by role, and the config mapping.
-``maps`` parses one, ``transforms`` knows the shapes, ``engine`` plans and streams, ``configs`` maps
-config files (``gin_config`` reads a Mesh TensorFlow run's ``operative_config.gin``), ``output``
-writes, ``convert`` ties them together (:func:`convert` is ``ss.convert``).
+``gpt2-to-hf``, ``t5-to-hf``, ``electra-to-hf`` and their reverses ``hf-to-bert``, ``hf-to-albert``,
+``hf-to-gpt2``, ``hf-to-t5``, ``hf-to-electra``) of renames, per-tensor transforms, what to drop by role,
+and the config mapping, with variants for a checkpoint that holds several models (ELECTRA's
+discriminator and generator). ``maps`` parses one, ``transforms`` knows the shapes, ``engine`` plans and
+streams, ``configs`` maps config files (``gin_config`` reads a Mesh TensorFlow run's
+``operative_config.gin``, ``electra_config`` an ELECTRA run's hparams or its shapes), ``output`` writes,
+``convert`` ties them together (:func:`convert` is ``ss.convert``).
 
 This room imports only ``errors``, ``formats``, ``catalog`` and ``selectors``: no TensorFlow.
 

@@ -30,6 +30,7 @@ from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, read_config
 from .coverage import check_coverage, check_family
+from .electra_config import read_electra_config
 from .engine import plan_conversion
 from .maps import load_map
 from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
@@ -48,9 +49,11 @@ class LayoutReport:
     left out by the map's ``drop``; ``files``: what was written (empty for a dry run); ``expected``: how
     many target tensors the config implies (all found: a conversion with any missing or extra is
     refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all;
-    ``weights``: 'ema' (each source tensor read from its moving average, ``read_from``) or 'raw';
-    ``classes``: the classifier's (checkpoint, written) class counts where the map declares one, and
-    ``background_class`` ('dropped' or 'kept'); ``notes``: those in words, one line each.
+    ``variant``: which model of the checkpoint was converted (None for a map without variants);
+    ``config``: the config file used, or, for a family whose config may come from its tensors, what it
+    was derived from; ``weights``: 'ema' (each source tensor read from its moving average, ``read_from``)
+    or 'raw'; ``classes``: the classifier's (checkpoint, written) class counts where the map declares one,
+    and ``background_class`` ('dropped' or 'kept'); ``notes``: those in words, one line each.
     """
 
     map: str
@@ -65,6 +68,7 @@ class LayoutReport:
     expected: int = 0
     heads: tuple = ()
     architecture: str | None = None
+    variant: str | None = None
     weights: str = "raw"
     read_from: dict = dataclasses.field(default_factory=dict)
     classes: tuple | None = None
@@ -72,11 +76,12 @@ class LayoutReport:
     notes: tuple = ()
 
 
-def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
+def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None, max_shard_size=None,  # noqa: A002
             dry_run=False, overwrite=False, weights=None, drop_background_class=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
-    the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
+    the checkpoint; ``variant``: which model of a checkpoint that holds several (``electra-to-hf``:
+    ``"discriminator"``, the default, or ``"generator"``); ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
     target config); ``max_shard_size``: past it (``"1GB"``, or bytes) a Hugging Face output is sharded as
     ``save_pretrained`` shards it (default: its ``"50GB"``). ``weights``: None (the default: each tensor's
     ``ExponentialMovingAverage`` shadow when every one mapped has one, else the raw values), 'ema' or 'raw'
@@ -89,7 +94,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
     # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
     """
-    layout = load_map(map)
+    layout = load_map(map, variant)
     max_shard_bytes = _shard_bytes(max_shard_size)
     source = _source_path(layout, checkpoint)
     catalog = catalog_module.file_catalog(source)
@@ -100,10 +105,13 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     choice = choose_weights(catalog, list(plan.source_names), weights, source)
     plan, classifier = _classifier(layout, plan, drop_background_class, source)
     check_family(layout, plan.source_names, plan.unmapped)
-    config_path = _config_path(layout, checkpoint, config)
-    target_config = map_config(layout.config, layout.math, read_config(config_path),
-                               source_name=f"config '{config_path}'")
-    coverage = check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    if layout.source.get("config_reader") == "electra":
+        config_path, source_config, source_name = _electra_config(layout, checkpoint, config, specs)
+    else:
+        config_path = _config_path(layout, checkpoint, config)
+        source_config, source_name = read_config(config_path), f"config '{config_path}'"
+    target_config = map_config(layout.config, layout.math, source_config, source_name=source_name)
+    coverage = _checked_coverage(layout, plan, target_config)
     target_config.update(coverage.config_additions)
     if coverage.architecture:
         target_config["architectures"] = [coverage.architecture]
@@ -115,9 +123,9 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     notes = tuple(note for note in (choice.describe(len(plan.source_names)), classifier.get("note")) if note)
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
                      dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
-                     architecture=coverage.architecture, weights=choice.used, read_from=dict(choice.read_from),
-                     classes=classifier.get("classes"), background_class=classifier.get("background_class"),
-                     notes=notes)
+                     architecture=coverage.architecture, variant=layout.variant, weights=choice.used,
+                     read_from=dict(choice.read_from), classes=classifier.get("classes"),
+                     background_class=classifier.get("background_class"), notes=notes)
     if dry_run:
         return LayoutReport(**described, files=(), dry_run=True)
     config_file = storage.join(out_dir, layout.target["config"])
@@ -189,6 +197,34 @@ def _config_path(layout, checkpoint, given):
         where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"
         raise LayoutMapError(where, fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
     return path
+
+
+def _checked_coverage(layout, plan, target_config):
+    """:func:`check_coverage`; for a map with variants a refusal also names the other variants, since a
+    directory of the other model (a generator given to the discriminator's variant) is refused so."""
+    try:
+        return check_coverage(layout, plan.specs, target_config, plan.source_name, plan.unmapped)
+    except LayoutMapError as error:
+        others = [name for name in layout.variants if name != layout.variant]
+        if not others:
+            raise
+        message = str(error)[:-len(f"; {error.fix}")] if error.fix else str(error)
+        subject = f"this {layout.family} checkpoint "
+        message = message.replace(subject, f"{subject.rstrip()}, read as the {layout.variant}, ", 1) \
+            if message.startswith(subject) else f"{message} (read as the {layout.variant})"
+        raise LayoutMapError(message, fix="; ".join(
+            [*([error.fix] if error.fix else []), f"or convert it as the {' or '.join(others)} "
+             f"(--variant {' or --variant '.join(others)})"])) from None
+
+
+def _electra_config(layout, checkpoint, given, specs):
+    """(what the config came from, the variant model's config, its name in messages): ``given``, or the
+    map's config file beside the checkpoint, else the checkpoint's shapes (see :mod:`.electra_config`)."""
+    name = layout.source.get("config")
+    path = find_config(checkpoint, name, given) if name or given else None
+    data = read_config(path) if path is not None else None
+    model_config, kind = read_electra_config(data, specs, layout.variant)
+    return (path or kind), model_config, (f"{kind} '{path}'" if path is not None else kind)
 
 
 def _label_config(path, target_config) -> dict:
