@@ -242,3 +242,20 @@ def test_a_map_without_a_classifier_refuses_the_flag(toy_checkpoint, tmp_path):
         f"drop_background_class: map 'toy-to-hf' declares no classifier that checkpoint '{checkpoint}' has "
         "(\"classifier\": target names and class axes); pass drop_background_class=False to convert without it")
     assert not (tmp_path / "hf").exists()
+
+
+def test_the_map_command_says_which_values_and_classes_it_wrote(toy_checkpoint, tmp_path, run_cli):
+    checkpoint, layout, _ = toy_checkpoint
+    code, out, err = run_cli("convert", checkpoint, tmp_path / "hf", "--map", layout, "--drop-background-class",
+                             "--dry-run")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[-3:] == ["weights: moving averages (ExponentialMovingAverage) of 4 of 4",
+                          "classes: 5 of the checkpoint's 6 (class 0, the background, dropped)",
+                          "4 tensors, 140 B; dropped 0 by the map's \"drop\"; nothing written (--dry-run)"]
+    assert "logits/bias    classifier.bias    drop_first(0)             [5]" in lines
+    code, out, err = run_cli("convert", checkpoint, tmp_path / "hf", "--map", layout, "--weights", "ema", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    assert (found["weights"], found["classes"], found["background_class"]) == ("ema", [6, 6], "kept")
+    assert found["read_from"]["logits/bias"] == f"logits/bias/{EMA}"

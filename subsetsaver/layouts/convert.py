@@ -122,7 +122,7 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
     notes = tuple(note for note in (choice.describe(len(plan.source_names)), classifier.get("note")) if note)
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                     dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
+                     dropped=tuple(name for name in plan.dropped if name not in shadows), nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
                      architecture=coverage.architecture, variant=layout.variant, weights=choice.used,
                      read_from=dict(choice.read_from), classes=classifier.get("classes"),
                      background_class=classifier.get("background_class"), notes=notes)
