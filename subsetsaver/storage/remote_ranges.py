@@ -173,8 +173,9 @@ async def _s3_body(filesystem, path, start, end):
 
 @contextlib.asynccontextmanager
 async def _gcs_body(filesystem, path, start, end):
-    """Cloud Storage's media download of the range, on a connection of its own (aiohttp, which gcsfs runs on),
-    with gcsfs's URL of the object, its credentials' headers and its session options."""
+    """Cloud Storage's media download of the range, sent with gcsfs's public pieces: its URL of the object, its
+    credentials' headers, and its connections (``session``, made by its first request, such as the object's
+    size when the reader opened it; else a session of its own with gcsfs's ``session_kwargs``)."""
     import aiohttp
     from gcsfs.retry import validate_response
 
@@ -184,12 +185,15 @@ async def _gcs_body(filesystem, path, start, end):
     if filesystem.requester_pays:  # the project billed for a requester-pays bucket, as gcsfs names it
         params["userProject"] = (filesystem.requester_pays if isinstance(filesystem.requester_pays, str)
                                  else filesystem.project)
-    async with aiohttp.ClientSession(**filesystem.session_kwargs) as session:
-        async with session.get(filesystem.url(path), params=params, headers=headers,
-                               timeout=filesystem.requests_timeout) as response:
-            if response.status >= 400:
-                validate_response(response.status, await response.read(), path)
-            yield response.content.read
+    async with contextlib.AsyncExitStack() as closing:
+        session = filesystem.session
+        if session is None or session.closed:
+            session = await closing.enter_async_context(aiohttp.ClientSession(**filesystem.session_kwargs))
+        response = await closing.enter_async_context(
+            session.get(filesystem.url(path), params=params, headers=headers, timeout=filesystem.requests_timeout))
+        if response.status >= 400:
+            validate_response(response.status, await response.read(), path)
+        yield response.content.read
 
 
 class Block:
