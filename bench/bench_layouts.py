@@ -7,9 +7,10 @@
   read and reshaped in numpy into one dict, then ``safetensors.numpy.save_file``.
 
 The note gives each side's peak resident memory (``wait4``'s ``ru_maxrss``) and the largest tensor.
-A second line converts a GPT-2 medium-shaped checkpoint (24 layers of width 1024, about 1.4 GB) with
-``--max-shard-size 500MB`` against the same TensorFlow reading followed by huggingface_hub's
-``split_state_dict_into_shards_factory`` and one ``save_file`` a shard.
+A second line converts a GPT-2-shaped checkpoint of about 2.5 GB (36 layers of width 1152) with
+``--max-shard-size 1GB`` against the same TensorFlow reading followed by huggingface_hub's
+``split_state_dict_into_shards_factory`` and one ``save_file`` a shard; where transformers is installed,
+``GPT2LMHeadModel`` then loads the shards from the index and its embedding is compared bit for bit.
 Sides alternate; the line is the median of 3 runs. Run: ``python bench/bench_layouts.py``.
 """
 
@@ -100,22 +101,39 @@ def run(report=print_line):
 def run_sharded(report=print_line):
     directory = tempfile.mkdtemp(prefix="subsetsaver-shards-")
     try:
-        prefix, largest = gpt2_checkpoint(directory, layers=24, width=1024)
+        prefix, largest = gpt2_checkpoint(directory, layers=36, width=1152)
         size = sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory))
         script = os.path.join(directory, "tf_convert.py")
         with open(script, "w") as handle:
             handle.write(TF_CONVERT)
         os.makedirs(os.path.join(directory, "tf-shards"))
         ours = [sys.executable, "-m", "subsetsaver", "convert", prefix, os.path.join(directory, "hf"), "--map",
-                "gpt2-to-hf", "--max-shard-size", "500MB", "--force"]
-        theirs = [sys.executable, script, prefix, os.path.join(directory, "tf-shards"), "500MB"]
+                "gpt2-to-hf", "--max-shard-size", "1GB", "--force"]
+        theirs = [sys.executable, script, prefix, os.path.join(directory, "tf-shards"), "1GB"]
         (ours_s, ours_peak), (theirs_s, theirs_peak) = paired(ours, theirs)
         shards = [name for name in os.listdir(os.path.join(directory, "hf")) if name.startswith("model-")]
-        report(f"convert --map gpt2-to-hf --max-shard-size 500MB, {size / 1e6:.0f} MB", ours_s, theirs_s,
+        report(f"convert --map gpt2-to-hf --max-shard-size 1GB, {size / 1e9:.2f} GB", ours_s, theirs_s,
                f"{len(shards)} shards; peak {ours_peak / 1e6:.0f} MB vs {theirs_peak / 1e6:.0f} MB; largest tensor "
-               f"{largest / 1e6:.0f} MB")
+               f"{largest / 1e6:.0f} MB (ours {(ours_peak - largest) / 2**20:.0f} MiB over it); "
+               f"{loads_in_transformers(prefix, os.path.join(directory, 'hf'))}")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def loads_in_transformers(prefix, out_dir):
+    """Whether transformers' GPT2LMHeadModel loads ``out_dir`` from its index with the checkpoint's embedding."""
+    try:
+        import transformers
+    except ImportError:
+        return "transformers not installed: no load"
+    import numpy as np
+
+    from subsetsaver.formats.tf import bundle as tf_bundle
+
+    model = transformers.GPT2LMHeadModel.from_pretrained(out_dir)
+    with tf_bundle.BundleReader(prefix) as reader:
+        same = np.array_equal(reader.read("model/wte"), model.transformer.wte.weight.detach().numpy())
+    return f"GPT2LMHeadModel loads it from the index, embedding {'bit-exact' if same else 'DIFFERENT'}"
 
 
 if __name__ == "__main__":

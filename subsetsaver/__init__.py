@@ -46,6 +46,7 @@ from .errors import (
     UnknownFormatError,
     UnsupportedDtypeError,
     UnsupportedRegexError,
+    WeightsChoiceError,
 )
 from .version import __version__
 
@@ -111,6 +112,7 @@ __all__ = [
     "LayoutMapError",
     "ModelBuilderError",
     "UnsupportedRegexError",
+    "WeightsChoiceError",
     "average",
     "averages",
     "bn_stats",

@@ -327,6 +327,13 @@ class LayoutMapError(SubsetSaverError, ValueError):
         super().__init__(f"{message}; {fix}" if fix else message)
 
 
+class WeightsChoiceError(SubsetSaverError, ValueError):
+    """A conversion asked for values a checkpoint does not hold as asked: moving averages
+    (``weights='ema'``, ``--weights ema``) of weights that have none, averages of some weights but not of
+    others, or a classifier whose classes do not fit the target's (``drop_background_class``). Raised
+    before anything is written; the fixes name the arguments (flags) that choose otherwise."""
+
+
 class ModelBuilderError(SubsetSaverError, ValueError):
     """The function that builds the Keras 3 model of a conversion (``--model MODULE:FUNCTION``, or a
     ``keras.applications`` name) cannot be imported or called, raises, or returns no Keras 3 model;

@@ -95,6 +95,7 @@ AdafactorOptimizer.factored = False
 # vocabulary (100) is padded to Mesh TensorFlow's multiple of 128, and Adafactor factors every weight
 # with two dimensions of 16 or more. "v1.1-unfactored" is wider (most weights over 64 KB) and keeps
 # Adafactor's state unfactored: a ``_slot_v`` as large as each weight, half of the checkpoint's bytes.
+# "v1.1-bench", the same at about T5-small's widths (some 700 MB), is bench/bench_remote_layouts.py's.
 VARIANTS = {
     "v1.0": dict(d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2, decoder_layers=3, buckets=16, vocab=100,
                  gin=""),
@@ -102,6 +103,8 @@ VARIANTS = {
                  gin=V1_1),
     "v1.1-unfactored": dict(d_model=256, d_ff=512, d_kv=64, num_heads=4, num_layers=2, decoder_layers=2, buckets=8,
                             vocab=100, gin=V1_1 + UNFACTORED),
+    "v1.1-bench": dict(d_model=512, d_ff=2048, d_kv=64, num_heads=8, num_layers=6, decoder_layers=6, buckets=32,
+                       vocab=32000, gin=V1_1 + UNFACTORED),
 }
 
 

@@ -116,6 +116,30 @@ def test_no_private_name_crosses_a_module(path):
     assert private == []
 
 
+FSSPEC_COROUTINES = frozenset({"_cat_file"})
+"""fsspec's documented async interface: an ``AsyncFileSystem``'s coroutines are its methods' names with a leading
+underscore (``await fs._cat_file(...)``), public for code already on its event loop."""
+
+
+def _private_attributes_read(path):
+    """``(line, name)`` of each ``x._name`` read in ``path`` where ``x`` is not ``self`` or ``cls`` and ``_name`` is
+    not defined in the module itself (its functions, classes and the attributes its methods set)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    own |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    return sorted((node.lineno, node.attr) for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                  and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                  and node.attr not in own and node.attr not in FSSPEC_COROUTINES)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "storage").glob("*.py")), ids=lambda p: p.name)
+def test_storage_reads_no_private_attribute_of_a_client_library(path):
+    """s3fs, gcsfs and aiobotocore change their private methods in any release: the storage room calls only
+    their public ones (and fsspec's documented coroutines)."""
+    assert _private_attributes_read(path) == []
+
+
 # Imports of the package's own code inside a function, each with its reason.
 LOADED_ON_FIRST_USE = {
     ("cli/options.py", "subsetsaver.formats.registry"): "a command's --help loads no format",

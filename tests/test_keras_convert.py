@@ -143,6 +143,7 @@ def test_json_by_order_from_a_file_path_and_a_model_alone(trained, builders, tmp
         "tensors": tensors, "bytes": nbytes, "match": "order", "restored": WEIGHTS, "optimizer_restored": {},
         "iterations": None, "initialized": [], "optimizer_initialized": [],
         "unused": sorted(["beta1_power", "beta2_power", "global_step", *SLOTS.values()]), "verified": names,
+        "weights": "raw", "read_from": {}, "classes": [2, 2], "background_class": "kept", "notes": [],
     }
     assert tensors == 8
     model, _ = fresh(builders)

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import subsetsaver as ss
-import subsetsaver.keras.load as load_module
+import subsetsaver.keras.checkpoint_side as checkpoint_side
 
 v1 = tf.compat.v1
 EPSILON = 1e-3
@@ -485,12 +485,12 @@ def test_a_damaged_checkpoint_changes_no_variable(trained, tmp_path):
 
 
 class ReadTracker:
-    """Wraps the loader's ``read_tensors``: the names of each pass, and the most arrays alive at once
+    """Wraps the ``read_tensors`` a load reads through (its checkpoint view's): the names of each pass, and the most arrays alive at once
     (a weak reference to every array it hands out)."""
 
     def __init__(self, monkeypatch):
         self.passes, self.alive, self.most = [], [], 0
-        real = load_module.read_tensors
+        real = checkpoint_side.read_tensors
 
         def read_tensors(path, names):
             names = list(names)
@@ -501,7 +501,7 @@ class ReadTracker:
                 yield name, array
                 del array
 
-        monkeypatch.setattr(load_module, "read_tensors", read_tensors)
+        monkeypatch.setattr(checkpoint_side, "read_tensors", read_tensors)
 
 
 def test_values_are_checked_then_assigned_one_tensor_at_a_time(trained, monkeypatch):

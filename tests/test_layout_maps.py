@@ -14,8 +14,8 @@ from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats import safetensors as safetensors_file
 from subsetsaver.formats.tf import bundle as tf_bundle
 
-SHIPPED = ["albert-to-hf", "bert-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-gpt2", "hf-to-t5",
-           "keras-efficientnet-to-timm", "keras-mobilenetv3-large-to-timm", "t5-to-hf"]
+SHIPPED = ["albert-to-hf", "bert-to-hf", "electra-to-hf", "gpt2-to-hf", "hf-to-albert", "hf-to-bert", "hf-to-electra",
+           "hf-to-gpt2", "hf-to-t5", "keras-efficientnet-to-timm", "keras-mobilenetv3-large-to-timm", "t5-to-hf"]
 
 
 def gpt2_checkpoint(directory, extra=None, layers=2, width=8, seed=0):
@@ -75,9 +75,10 @@ def refused(checkpoint, out, **options):
 def test_an_unknown_map_is_one_error_naming_the_shipped_ones(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     error = refused(checkpoint, tmp_path / "out", map="gpt3-to-hf")
-    assert str(error) == ("unknown layout map 'gpt3-to-hf'; use one of albert-to-hf, bert-to-hf, gpt2-to-hf, "
-                          "hf-to-albert, hf-to-bert, hf-to-gpt2, hf-to-t5, keras-efficientnet-to-timm, "
-                          "keras-mobilenetv3-large-to-timm, t5-to-hf, or the path of a .json map file")
+    assert str(error) == ("unknown layout map 'gpt3-to-hf'; use one of albert-to-hf, bert-to-hf, electra-to-hf, "
+                          "gpt2-to-hf, hf-to-albert, hf-to-bert, hf-to-electra, hf-to-gpt2, hf-to-t5, "
+                          "keras-efficientnet-to-timm, keras-mobilenetv3-large-to-timm, t5-to-hf, or the path of a "
+                          ".json map file")
 
 
 def test_a_checkpoint_of_another_family_is_named_so_before_its_config_is_read(tmp_path):
@@ -207,8 +208,9 @@ def test_cli_refusals_are_one_line(tmp_path, run_cli):
     result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "nope")
     assert result.returncode == 2
     assert result.stderr == ("subsetsaver: error: unknown layout map 'nope'; use one of albert-to-hf, bert-to-hf, "
-                             "gpt2-to-hf, hf-to-albert, hf-to-bert, hf-to-gpt2, hf-to-t5, keras-efficientnet-to-timm, "
-                             "keras-mobilenetv3-large-to-timm, t5-to-hf, or the path of a .json map file\n")
+                             "electra-to-hf, gpt2-to-hf, hf-to-albert, hf-to-bert, hf-to-electra, hf-to-gpt2, hf-to-t5, "
+                             "keras-efficientnet-to-timm, keras-mobilenetv3-large-to-timm, t5-to-hf, or the path of a "
+                             ".json map file\n")
     result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "gpt2-to-hf", "--keep", "trainable()")
     assert result.returncode == 2 and "--keep does not go with --map" in result.stderr
     assert not os.path.exists(tmp_path / "out")

@@ -104,7 +104,7 @@ def test_an_unknown_rule_key_is_refused_rather_than_ignored(tmp_path):
     path = save(tmp_path, bert_map(lambda data: data["rules"][0].update(optional=True)))
     with pytest.raises(ss.LayoutMapError) as error:
         layouts.load_map(path)
-    assert str(error.value) == (f"layout map '{path}', rule 1 has an unknown key \"optional\" (known: concat, from, "
+    assert str(error.value) == (f"layout map '{path}', rule 1 has an unknown key \"optional\" (known: concat, fallback, from, "
                                 "split, to, transform); see \"Writing a map\" in docs/leaving_tensorflow.md")
 
 
@@ -227,3 +227,45 @@ def test_crafted_configs_are_library_errors_or_convert(tmp_path, changes):
         ss.convert(checkpoint, tmp_path / "out", map="bert-to-hf", dry_run=True)
     except ss.LayoutMapError as error:
         assert len(str(error).encode()) < 2048
+
+
+ELECTRA_MAP = layouts.load_map("electra-to-hf").path
+
+
+def electra_map(change):
+    with open(ELECTRA_MAP) as handle:
+        data = json.load(handle)
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda data: data.update(default_variant="judge"),
+     "layout map '{path}': \"variants\" names each variant, and \"default_variant\" one of them; see \"Writing a "
+     "map\" in docs/leaving_tensorflow.md"),
+    (lambda data: data["variants"]["generator"].update(target={"layout": "tf"}),
+     "layout map '{path}', variant 'generator' has an unknown key \"target\" (known: config, description, drop, math, "
+     "rules, targets); see \"Writing a map\" in docs/leaving_tensorflow.md"),
+    (lambda data: data["variants"]["generator"]["math"].pop("layer_norm_eps"),
+     "layout map '{path}', variant 'generator', \"math\" does not state layer_norm_eps: every map says each value "
+     "that changes the math, so none is inherited from the map it was copied from; see \"Writing a map\" in "
+     "docs/leaving_tensorflow.md"),
+    (lambda data: data["variants"]["generator"]["rules"][5].update(fallback="yes"),
+     "layout map '{path}', variant 'generator', rule 6: \"fallback\" is true or false"),
+    (lambda data: data["source"].update(config_reader="t5"),
+     "layout map '{path}', variant 'discriminator': \"source\".\"config_reader\" is one of electra"),
+])
+def test_every_variant_of_a_map_is_checked_when_it_is_loaded(tmp_path, change, message):
+    """A broken variant is refused even when the default one is asked for."""
+    path = save(tmp_path, electra_map(change))
+    with pytest.raises(ss.LayoutMapError) as error:
+        layouts.load_map(path)
+    assert str(error.value) == message.format(path=path)
+
+
+def test_a_default_variant_needs_variants(tmp_path):
+    path = save(tmp_path, bert_map(lambda data: data.update(default_variant="discriminator")))
+    with pytest.raises(ss.LayoutMapError) as error:
+        layouts.load_map(path)
+    assert str(error.value) == (f"layout map '{path}' has \"default_variant\" but no \"variants\"; see \"Writing a "
+                                "map\" in docs/leaving_tensorflow.md")

@@ -109,3 +109,17 @@ def test_alternating_restores_of_large_variables_stay_bit_exact(tmp_path, monkey
                 portable.restore_npz(sess, str(tmp_path / "damaged.npz"))
             got = sess.run(variables)
             assert all(g.tobytes() == s.tobytes() for g, s in zip(got, saved["b"]))
+
+
+def test_a_tensor_read_that_needs_fresh_memory_gives_back_the_smaller_idle_buffers():
+    for size in (40 * MB, 10 * MB, 9 * MB):
+        memory.reused_bytes(size)  # dropped at once: idle
+    assert [len(m) for m in memory._idle] == [40 * MB, 10 * MB, 9 * MB]
+    again = memory.reused_bytes(10 * MB)  # idle of its size: taken, nothing else unmapped
+    assert [len(m) for m in memory._idle] == [40 * MB, 9 * MB]
+    larger = memory.reused_bytes(20 * MB)  # none of its size: the smaller idle one goes, the larger stays
+    assert [len(m) for m in memory._idle] == [40 * MB]
+    assert again.nbytes == 10 * MB and larger.nbytes == 20 * MB
+    memory.recycled_bytes(3 * MB)  # a restore's buffer keeps the idle buffers of other sizes, as before
+    memory.recycled_bytes(50 * MB)
+    assert [len(m) for m in memory._idle] == [40 * MB, 3 * MB, 50 * MB]

@@ -203,6 +203,29 @@ def test_a_stream_that_is_cancelled_never_leaves_the_reader_waiting(server_store
     assert got == [data]  # read in parts instead
 
 
+def test_a_streamed_read_from_cloud_storage_before_gcsfs_connected_opens_its_own_connection():
+    """The gs:// stream uses gcsfs's connections once its first request has made them; before that, its own."""
+    import asyncio
+
+    import fsspec
+
+    place = object_servers.Place("gs", object_servers.object_server("gs"))
+    data = pattern(3 * MiB, seed=7)
+    write(RemoteStorage("gs"), place.url("blob"), data)
+    fresh = fsspec.filesystem("gs", skip_instance_cache=True)  # no request made yet: no session
+    opener = remote_ranges.body_reader(fresh)
+
+    async def read_range():
+        pieces = []
+        async with opener(fresh, place.url("blob"), MiB, 2 * MiB + 5) as read:
+            while piece := await read(256 * 1024):
+                pieces.append(piece)
+        return b"".join(pieces)
+
+    assert fresh.session is None
+    assert asyncio.run_coroutine_threadsafe(read_range(), fresh.loop).result(timeout=60) == data[MiB:2 * MiB + 5]
+
+
 def test_a_short_object_read_in_one_stream_is_named_with_its_length(server_store, small_streams):
     storage = storage_for(server_store)
     url = server_store.url("model.data-00000-of-00001")

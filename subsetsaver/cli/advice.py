@@ -42,6 +42,8 @@ FLAGS = {
     "optimizer": Flag("no_optimizer", lambda value: "--no-optimizer"),
     "keep": Flag("keep", lambda value: f'--keep "{value}"'),
     "to": Flag("to", lambda value: f"--to {value}"),
+    "weights": Flag("weights", lambda value: f"--weights {value}"),
+    "drop_background_class": Flag("drop_background_class", lambda value: "--drop-background-class"),
 }
 
 

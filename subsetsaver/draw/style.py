@@ -21,8 +21,13 @@ def variables_text(count) -> str:
     return f"{count} variable{'s' if count != 1 else ''}"
 
 
-def saved_states_drawn(regions) -> list:
-    """Which of 'all', 'part', 'none' the drawn regions (those with variables) are in, in that order:
-    a legend shows an entry only for what the picture shows."""
+def saved_legend(mpl, regions, *, partly_face, unsaved_face, unsaved_edge) -> list:
+    """The legend's entries for how much of a region is saved ('saved', 'partly saved', 'not saved'), one for
+    each that a drawn region (one with variables) shows, in that order: a legend shows only what the picture
+    shows. A partly saved region is hatched green over ``partly_face``; an unsaved one is drawn in
+    ``unsaved_face`` edged ``unsaved_edge``, as each picture draws its regions."""
+    entries = {"all": {"facecolor": SAVED_COLOR, "edgecolor": "#555555", "label": "saved"},
+               "part": {"facecolor": partly_face, "edgecolor": "#3f8f33", "hatch": "//", "label": "partly saved"},
+               "none": {"facecolor": unsaved_face, "edgecolor": unsaved_edge, "label": "not saved"}}
     states = {region.saved_state for region in regions if region.names}
-    return [state for state in ("all", "part", "none") if state in states]
+    return [mpl.patches.Patch(**entries[state]) for state in ("all", "part", "none") if state in states]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..selectors import format_bytes
 from .canvas import SetsFigure
-from .style import SAVED_COLOR, saved_states_drawn
+from .style import SAVED_COLOR, saved_legend
 
 _UPSET_MAX_COLUMNS = 40
 
@@ -84,12 +84,7 @@ def upset_figure(mpl, regions, labels, caption, saved_given) -> SetsFigure:
     for spine in matrix.spines.values():
         spine.set_visible(False)
     if saved_given:
-        entries = {
-            "all": mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
-            "part": mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#3f8f33", hatch="//", label="partly saved"),
-            "none": mpl.patches.Patch(facecolor="#dde6ef", edgecolor="#4d6a85", label="not saved"),
-        }
-        handles = [entries[state] for state in saved_states_drawn(regions)]
+        handles = saved_legend(mpl, regions, partly_face="#dde6ef", unsaved_face="#dde6ef", unsaved_edge="#4d6a85")
         bars.legend(handles=handles, loc="upper right", fontsize=8, frameon=False, ncol=3)
     caption = "Bars follow bytes (log scale); " + caption
     matrix.text(0.0, -0.15, caption, transform=matrix.transAxes, ha="left", va="top", fontsize=8, gid="caption")

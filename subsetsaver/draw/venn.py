@@ -22,7 +22,7 @@ import warnings
 from ..selectors import format_bytes
 from .canvas import SetsFigure
 from .regions import region_title
-from .style import SAVED_COLOR, SET_COLORS, saved_states_drawn, variables_text
+from .style import SAVED_COLOR, SET_COLORS, saved_legend, variables_text
 
 _LABEL_BOX = {"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75, "edgecolor": "none"}
 
@@ -178,12 +178,7 @@ def venn_figure(mpl, regions, labels, caption, saved_given) -> SetsFigure | None
     _place_callouts(axes, callouts, saved_given, renderer, frame_center=left + width / 2)
 
     if saved_given:
-        entries = {
-            "all": mpl.patches.Patch(facecolor=SAVED_COLOR, edgecolor="#555555", label="saved"),
-            "part": mpl.patches.Patch(facecolor="white", edgecolor="#3f8f33", hatch="//", label="partly saved"),
-            "none": mpl.patches.Patch(facecolor="#f3f3f3", edgecolor="#555555", label="not saved"),
-        }
-        handles = [entries[state] for state in saved_states_drawn(regions)]
+        handles = saved_legend(mpl, regions, partly_face="white", unsaved_face="#f3f3f3", unsaved_edge="#555555")
         axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.01), ncol=3, frameon=False,
                     fontsize=9, handlelength=1.6)
     caption = "Areas follow bytes; the frame is " + caption

@@ -61,10 +61,12 @@ def _mapping(count):
     return mapping
 
 
-def recycled_bytes(count):
+def recycled_bytes(count, *, make_room=False):
     """An uninitialized, page-aligned uint8 array of ``count`` bytes, whose memory goes back to the
     idle buffers when the array and every view of it are dropped (by TensorFlow too), for the next
-    call of the same size. Small sizes, and systems without anonymous mappings, get :func:`aligned_bytes`."""
+    call of the same size. Small sizes, and systems without anonymous mappings, get :func:`aligned_bytes`.
+    With ``make_room``, a call that finds no idle buffer of its size first unmaps the idle ones smaller
+    than it (see :func:`reused_bytes`)."""
     import numpy as np
 
     if count < _OWN_MAPPING_FROM or not hasattr(mmap, "MAP_ANONYMOUS"):
@@ -72,6 +74,8 @@ def recycled_bytes(count):
     with _idle_lock:
         same = [i for i, idle in enumerate(_idle) if len(idle) == count]
         mapping = _idle.pop(same[-1]) if same else None  # the newest: its pages are the likeliest kept
+        if mapping is None and make_room:
+            _idle[:] = [idle for idle in _idle if len(idle) > count]
     if mapping is None:
         mapping = _mapping(count)
     buffer = np.frombuffer(mapping, dtype=np.uint8).view(_recycled_type())
@@ -85,7 +89,10 @@ _REUSED_FROM = 8 << 20  # arrays this large are made in memory reused across cal
 def reused_bytes(nbytes):
     """An uninitialized uint8 array of ``nbytes`` to fill with a tensor: a large one in memory that goes
     back to be reused for a later tensor of a similar size once every view of it is dropped (memory
-    faulted in afresh costs more than reading the file from the page cache).
+    faulted in afresh costs more than reading the file from the page cache). A tensor that needs fresh
+    memory first gives back the idle buffers smaller than itself, which stay resident until the kernel
+    wants them: a file command's peak stays about its largest tensor plus what it works on, not that
+    plus the buffers of the sizes it read before.
 
     raw = reused_bytes(64 << 20)      # an idle buffer of 64 MiB to 68 MiB, if one is kept
     """
@@ -94,7 +101,7 @@ def reused_bytes(nbytes):
     if nbytes < _REUSED_FROM:
         return np.empty(nbytes, dtype=np.uint8)
     step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
-    return recycled_bytes(-(-nbytes // step) * step)[:nbytes].view(np.ndarray)
+    return recycled_bytes(-(-nbytes // step) * step, make_room=True)[:nbytes].view(np.ndarray)
 
 
 @functools.cache

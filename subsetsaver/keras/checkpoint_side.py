@@ -28,7 +28,10 @@ import dataclasses
 import os
 import re
 
+import numpy as np
+
 from .. import catalog as catalog_module
+from ..catalog import read_tensors
 
 # Keras 3 kinds by tf.keras's slot names (OptimizerV2 and the newer tf_keras optimizers).
 _NAMED_KINDS = {
@@ -63,7 +66,10 @@ class CheckpointView:
     """``path``: what to read from (a TensorFlow checkpoint's prefix, or the file);
     ``contents``: name -> (shape, dtype) of every tensor; ``weights``: the tensors some
     model variable should read, in the catalog's order; ``slots``: slot -> its variable;
-    ``steps``: step counters; ``catalog``: the file's catalog."""
+    ``steps``: step counters; ``catalog``: the file's catalog. ``read_from``: name -> the tensor its
+    values are read from (a weight's moving average, :func:`~subsetsaver.catalog.choose_weights`);
+    ``transforms``: name -> the :class:`Transform` its values go through (``contents`` holds the shape
+    it gives)."""
 
     path: str
     contents: dict
@@ -71,10 +77,58 @@ class CheckpointView:
     slots: dict
     steps: tuple
     catalog: object
+    read_from: dict = dataclasses.field(default_factory=dict)
+    transforms: dict = dataclasses.field(default_factory=dict)
 
     def slots_of(self, name) -> list:
         """The slots of checkpoint variable ``name``, in the catalog's order."""
         return [slot for slot, variable in self.slots.items() if variable == name]
+
+    def read(self, names):
+        """Yield ``(name, array)`` for each of ``names``, one tensor in memory at a time: read from the tensor
+        :attr:`read_from` names (checked against its checksum), through its transform."""
+        keys = [self.read_from.get(name, name) for name in names]
+        for name, (_, array) in zip(names, read_tensors(self.path, keys)):
+            transform = self.transforms.get(name)
+            yield name, (array if transform is None else transform.apply(array))
+            del array
+
+    def reading(self, read_from=None, transforms=None) -> CheckpointView:
+        """This view with ``read_from`` and ``transforms`` added (``contents`` then holds each transform's shape)."""
+        contents, combined = dict(self.contents), dict(self.transforms)
+        for name, transform in (transforms or {}).items():
+            shape, dtype = self.contents[name]
+            contents[name] = (transform.shape(shape), dtype)
+            combined[name] = transform if name not in combined else _then(combined[name], transform)
+        return dataclasses.replace(self, contents=contents, read_from={**self.read_from, **(read_from or {})},
+                                   transforms=combined)
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """What a tensor goes through between the checkpoint and the model: ``text`` (as reports say it),
+    ``apply`` (array -> array) and ``shape`` (its shape -> the shape ``apply`` gives)."""
+
+    text: str
+    apply: object
+    shape: object
+
+
+def _then(first, second) -> Transform:
+    return Transform(f"{first.text}, {second.text}", lambda array: second.apply(first.apply(array)),
+                     lambda shape: second.shape(first.shape(shape)))
+
+
+def drop_first_class() -> Transform:
+    """Class 0 left out along the last axis: tf-slim's 1001 ImageNet classes, the background first."""
+    return Transform("drop class 0", lambda array: np.ascontiguousarray(array[..., 1:]),
+                     lambda shape: (*shape[:-1], shape[-1] - 1))
+
+
+def squeeze_1x1() -> Transform:
+    """A 1x1 convolution's kernel ``[1, 1, IN, OUT]`` as a dense layer's ``[IN, OUT]``."""
+    return Transform("squeeze 1x1", lambda array: np.ascontiguousarray(array.reshape(array.shape[2:])),
+                     lambda shape: tuple(shape[2:]))
 
 
 def checkpoint_view(checkpoint) -> CheckpointView:

@@ -56,7 +56,9 @@ class ModelConvertReport:
     checkpoint read), ``output`` (what was written), ``builder`` (the function's name, ``models:build``),
     ``load`` (the :class:`~subsetsaver.keras.CheckpointLoadReport` of the load into the model), ``tensors``
     and ``nbytes`` (the output's tensors and the bytes of their values) and ``verified`` (what was read
-    back bit-exact: the output's tensors, or the model weights whose datasets were).
+    back bit-exact: the output's tensors, or the model weights whose datasets were); ``pairing``: the
+    built-in pairing used (:mod:`.pairings`), or None; ``notes``: what a reader should know, one line each
+    (which values were converted: moving averages or raw; the classifier's classes; what was left out).
     """
 
     source: str
@@ -66,10 +68,13 @@ class ModelConvertReport:
     tensors: int
     nbytes: int
     verified: tuple
+    pairing: str | None = None
+    notes: tuple = ()
 
 
 def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, match="auto", on_mismatch="error",
-                       overwrite=False, optimizer=True) -> ModelConvertReport:
+                       overwrite=False, optimizer=True, weights="raw",
+                       drop_background_class=False) -> ModelConvertReport:
     """Write ``checkpoint`` (TF1 name-based or tf.keras object-based) as a TF2 object-based checkpoint
     ``output`` of the Keras 3 model (or ``tf.Module``) that ``build`` returns.
 
@@ -80,7 +85,9 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     replace an existing ``output``. ``optimizer=False`` (``--no-optimizer``): leave out the optimizer
     ``build`` returns, and load and write the weights alone. Everything that can be refused (the output, the builder,
     any mismatch) is refused before anything is written; a written output that does not read
-    back bit-exact is a CorruptCheckpointError, and is not left in place.
+    back bit-exact is a CorruptCheckpointError, and is not left in place. ``weights`` and
+    ``drop_background_class``: as :func:`~subsetsaver.keras.load_checkpoint` takes them ('raw' by default:
+    an object-based checkpoint with its optimizer is training state).
 
     convert_checkpoint('train/', 'tf2/ckpt', 'models.py:build', keep='~slots()').verified[:2]
     # ('conv/kernel', 'conv/bias')
@@ -96,15 +103,17 @@ def convert_checkpoint(checkpoint, output, build, *, keep=None, remap=None, matc
     builder, label = (import_builder(build), build) if isinstance(build, str) else (build, label_of(build))
     model, built_optimizer = built_model(builder, label)
     optimizer = built_optimizer if optimizer else None
-    report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch)
+    report = load_checkpoint(model, source, optimizer, sel=keep, remap=remap, match=match, on_mismatch=on_mismatch,
+                             weights=weights, drop_background_class=drop_background_class)
     with checkpoint_writer.writing(output, registry.OBJECT, sources=[source], overwrite=overwrite) as staged:
         written = _write(model, optimizer, staged)
         out, verified = _verify(source, written, report, output)
         if written != output:
             bundle.publish_staged(written, output)
     checkpoint_state.name_latest(output)
+    notes = tuple(note for note in (report.weights_note, report.classes_note) if note)
     return ModelConvertReport(source, output, label, report, len(out.records),
-                               sum(record.nbytes for record in out.records), verified)
+                              sum(record.nbytes for record in out.records), verified, notes=notes)
 
 
 def import_builder(text):
@@ -252,7 +261,7 @@ def _verify(source, written, report, output) -> tuple:
             raise CorruptCheckpointError(f"checkpoint '{output}' that tf.train.Checkpoint wrote holds no tensor "
                                          f"named '{name}'; its tensors: {', '.join(sorted(names))}")
     got_values = catalog_module.read_tensors(written, [name for name, _ in pairs])
-    expected_values = catalog_module.read_tensors(source, [key for _, key in pairs])
+    expected_values = report.view.read([key for _, key in pairs])  # as loaded: averages, transforms
     for (name, got), (key, expected) in zip(got_values, expected_values):
         why = difference(got, expected, counter=name == step)
         if why:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..catalog import read_tensors
-from ..errors import Blank, CheckpointMismatchError, Fix
+from ..catalog import choose_weights, classes_note
+from ..errors import Blank, CheckpointMismatchError, Fix, WeightsChoiceError
 from ..planning import ON_MISMATCH, remap_in_words
 from ..selectors import as_selector
-from .checkpoint_side import checkpoint_view
+from .checkpoint_side import checkpoint_view, drop_first_class
 from .common import strategy_scope
 from .matching import match_by_name, match_by_object_path, match_by_order, match_optimizer
 from .variables import model_weights, optimizer_state
@@ -43,6 +43,10 @@ class CheckpointLoadReport:
     ``optimizer_restored`` / ``optimizer_initialized``: the same for the optimizer's
     variables (its learning rate and other hyperparameters are always left as they were);
     ``iterations``: the iteration count set from the checkpoint's step, or None.
+    ``weights``: which values were read ('raw', or 'ema': ``read_from`` says the moving average each
+    checkpoint weight was read from, ``raw_statistics`` the batch-norm statistics without one, read raw);
+    ``classes``: (the checkpoint's, the model's) class count of the classifier, and ``background_class``
+    ('dropped' or 'kept'); ``weights_note`` and :attr:`classes_note`: those in words.
     ``mismatched``: the missing, shape and dtype :class:`~subsetsaver.planning.Problem` s that
     ``on_mismatch='initialize'`` let through. ``unexpected``: the checkpoint's weights (and,
     with an optimizer, slots of loaded weights) that nothing read; they stop no load.
@@ -62,10 +66,23 @@ class CheckpointLoadReport:
     unexpected: tuple = ()
     unused: tuple = ()
     order_source: str | None = None
+    weights: str = "raw"
+    read_from: dict = dataclasses.field(default_factory=dict)
+    raw_statistics: tuple = ()
+    classes: tuple | None = None
+    background_class: str | None = None
+    view: object = dataclasses.field(default=None, repr=False, compare=False)
+    weights_note: str = ""
+
+    @property
+    def classes_note(self) -> str:
+        """One line on the classifier's classes, for a report: where class 0 was dropped, or kept of tf-slim's
+        1001 ImageNet classes ('' otherwise: nothing to choose)."""
+        return classes_note(self.classes, self.background_class)
 
 
 def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, match="auto", on_mismatch="error", *,
-                    order=None) -> CheckpointLoadReport:
+                    order=None, weights="raw", drop_background_class=False) -> CheckpointLoadReport:
     """Assign a TensorFlow checkpoint's values to ``model``'s weights (and ``optimizer``'s state).
 
     ``model``: a built Keras 3 model, or a ``tf.Module``. ``checkpoint``: a checkpoint prefix,
@@ -103,40 +120,50 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
         raise ValueError("remap renames checkpoint names for match='name'; match='order' pairs by position")
     if match != "order" and order is not None:
         raise ValueError("order= is the checkpoint's creation order for match='order'")
-    weights = model_weights(model)
+    model_weights(model)  # a model of the wrong kind is refused before the checkpoint is read
+    return load_view(model, checkpoint_view(checkpoint), optimizer, sel, remap, match, on_mismatch, order=order,
+                     weights=weights, drop_background_class=drop_background_class)
+
+
+def load_view(model, view, optimizer=None, sel=None, remap=None, match="auto", on_mismatch="error", *, order=None,
+              weights="raw", drop_background_class=False) -> CheckpointLoadReport:
+    """:func:`load_checkpoint` from a :class:`~.checkpoint_side.CheckpointView` (which may read some tensors
+    from others, or through transforms: a built-in pairing's)."""
+    weights_of_model = model_weights(model)
     with strategy_scope(model):
         if optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(model.trainable_variables)
-        view = checkpoint_view(checkpoint)
-        chosen = [name for name in as_selector(sel).names(weights.catalog) if name in weights.variables]
-        if match == "auto":
-            pairing = match_by_object_path(model, weights, view, chosen, remap)
-            match = "auto" if pairing.by_object_path else "name"  # what the report and messages say was done
-        elif match == "name":
-            pairing = match_by_name(weights, view, chosen, remap)
-        else:
-            pairing = match_by_order(weights, view, chosen, order)
+        chosen = [name for name in as_selector(sel).names(weights_of_model.catalog)
+                  if name in weights_of_model.variables]
+        pairing, match = _pair(model, weights_of_model, view, chosen, remap, match, order)
+        read = list(dict.fromkeys(pairing.keys[name] for name in chosen if pairing.keys.get(name) in view.contents))
+        choice = choose_weights(view.catalog, read, weights, view.path)
+        classifier = _classifier(model, weights_of_model, view, pairing, drop_background_class, on_mismatch)
+        if choice.read_from or classifier.transforms:
+            view = view.reading(choice.read_from, classifier.transforms)
+            if classifier.transforms:
+                pairing, match = _pair(model, weights_of_model, view, chosen, remap, match, order)
         bad = pairing.bad
         loading = {name: pairing.keys[name] for name in chosen if name not in bad}
-        state = optimizer_state(optimizer, weights) if optimizer is not None else None
+        state = optimizer_state(optimizer, weights_of_model) if optimizer is not None else None
         optimizer_pairs, optimizer_findings = (match_optimizer(state, view, loading, optimizer)
                                                if state is not None else ({}, []))
         findings = pairing.findings + optimizer_findings
         if any(f.problem.blocking for f in findings) and on_mismatch == "error":
-            reason, fixes = _mismatch(weights, state, view, pairing, findings, match, remap)
+            reason, fixes = _mismatch(weights_of_model, state, view, pairing, findings, match, remap)
             raise CheckpointMismatchError(reason, [f.problem for f in findings], fixes=fixes, path=view.path)
         step = optimizer_pairs.pop(state.iterations, None) if state is not None else None
         needed = list(dict.fromkeys([*loading.values(), *optimizer_pairs.values(), *([step] if step else [])]))
         targets = {key: [] for key in needed}
         for name, key in loading.items():
-            targets[key].append(weights.variables[name])
+            targets[key].append(weights_of_model.variables[name])
         for path, key in optimizer_pairs.items():
             targets[key].append(state.variables[path])
-        narrowed = {key: weights.spec(name)[1] for name, key in loading.items()
-                    if view.contents[key][1] != weights.spec(name)[1]}  # tf_keras's wider dtypes (legacy_names)
-        _check_every_value(view.path, needed, narrowed)
+        narrowed = {key: weights_of_model.spec(name)[1] for name, key in loading.items()
+                    if view.contents[key][1] != weights_of_model.spec(name)[1]}  # tf_keras's wider dtypes
+        _check_every_value(view, needed, narrowed)
         iterations = None
-        for key, array in read_tensors(view.path, needed):  # read again (and checked again), assigned at once
+        for key, array in view.read(needed):  # read again (and checked again), assigned at once
             if key in narrowed:
                 array = array.astype(narrowed[key])
             for variable in targets[key]:
@@ -145,21 +172,90 @@ def load_checkpoint(model, checkpoint, optimizer=None, sel=None, remap=None, mat
                 iterations = int(array)
                 state.variables[state.iterations].assign(iterations)
             del array
-    return _report(weights, state, view, pairing, loading, optimizer_pairs, step, iterations, findings, match)
+    report = _report(weights_of_model, state, view, pairing, loading, optimizer_pairs, step, iterations, findings,
+                     match)
+    return dataclasses.replace(report, weights=choice.used,
+                               read_from={key: choice.read_from[key] for key in loading.values()
+                                          if key in choice.read_from},
+                               raw_statistics=tuple(key for key in choice.raw_statistics if key in read),
+                               classes=classifier.classes, background_class=classifier.background_class,
+                               view=view, weights_note=choice.describe(len(read)))
 
 
-def _check_every_value(path, names, narrowed) -> None:
+def _pair(model, weights, view, chosen, remap, match, order):
+    """The pairing of ``chosen`` model weights with ``view``'s tensors, and the match it was made by."""
+    if match == "auto":
+        pairing = match_by_object_path(model, weights, view, chosen, remap)
+        return pairing, "auto" if pairing.by_object_path else "name"  # what the report and messages say was done
+    if match == "name":
+        return match_by_name(weights, view, chosen, remap), match
+    return match_by_order(weights, view, chosen, order), match
+
+
+@dataclasses.dataclass(frozen=True)
+class Classifier:
+    """The classifier's class counts (checkpoint, model), what was done with a background class
+    ('dropped', 'kept', or None when the model has no classifier that reads the checkpoint) and the
+    transforms that drop it."""
+
+    classes: tuple | None = None
+    background_class: str | None = None
+    transforms: dict = dataclasses.field(default_factory=dict)
+
+
+def _classifier(model, weights, view, pairing, drop, on_mismatch) -> Classifier:
+    """The model's classifier (the weights of its last layer that has weights: a kernel and a bias of as
+    many classes) against the checkpoint tensors paired with it. One class more in the checkpoint is
+    tf-slim's background class 0: dropped with ``drop``, else refused (the model would read the classes
+    shifted by one; under ``on_mismatch='initialize'`` it is left as built); ``drop`` where there is none is
+    refused too."""
+    layers = [layer for layer in getattr(model, "layers", ()) if layer.weights]
+    found = None
+    if layers:
+        names = [variable.path for variable in layers[-1].weights]
+        shapes = [weights.spec(name)[0] for name in names if name in weights.variables]
+        keys = [pairing.keys.get(name) for name in names]
+        if len(names) == 2 and len(shapes) == 2 and len(shapes[1]) == 1 and shapes[0][-1] == shapes[1][0] \
+                and all(key in view.contents for key in keys):
+            found = names, keys, shapes[1][0], view.contents[keys[1]][0][-1] if view.contents[keys[1]][0] else None
+    if found is None:
+        if drop:
+            raise WeightsChoiceError(f"drop_background_class: the {weights.label} has no classifier (a last layer "
+                                     f"with a kernel and a bias) that reads checkpoint '{view.path}'",
+                                     fixes=[Fix("drop_background_class", False, "to convert without it")])
+        return Classifier()
+    names, keys, model_classes, checkpoint_classes = found
+    if checkpoint_classes == model_classes + 1:
+        if not drop and on_mismatch == "initialize":
+            return Classifier((checkpoint_classes, model_classes))
+        if not drop:
+            raise WeightsChoiceError(
+                f"checkpoint '{view.path}' classifies into {checkpoint_classes} classes ('{keys[1]}'), the "
+                f"{weights.label} into {model_classes} ('{names[1]}'): tf-slim's class 0 is the background",
+                fixes=[Fix("drop_background_class", True, "to drop class 0 and keep the other "
+                                                          f"{model_classes}")])
+        return Classifier((checkpoint_classes, model_classes), "dropped", {key: drop_first_class() for key in keys})
+    if drop:
+        raise WeightsChoiceError(
+            f"drop_background_class: checkpoint '{view.path}' classifies into {checkpoint_classes} classes "
+            f"('{keys[1]}'), as the {weights.label} does ('{names[1]}'): there is no background class to drop",
+            fixes=[Fix("drop_background_class", False, "to keep every class")])
+    return Classifier((checkpoint_classes, model_classes), "kept")
+
+
+def _check_every_value(view, names, narrowed) -> None:
     """Read each of ``names`` of checkpoint ``path`` (the reader checks it against its checksum) and drop
     it: the first pass of a load, so that a damaged tensor anywhere stops the load before any variable
     changes, with one tensor in memory at a time. A value to be read into a narrower dtype (``narrowed``:
     name -> dtype) must keep its value there.
 
-    _check_every_value('train/model-3', ['conv_1/w', 'global_step'], {})
+    _check_every_value(checkpoint_view('train/model-3'), ['conv_1/w', 'global_step'], {})
     """
-    for key, array in read_tensors(path, names):
+    for key, array in view.read(names):
         if key in narrowed and not (array.astype(narrowed[key]) == array).all():
-            raise CheckpointMismatchError(f"checkpoint '{path}': '{key}' holds {array.dtype} values that the model's "
-                                          f"{narrowed[key]} cannot hold; no variable was changed", path=path)
+            raise CheckpointMismatchError(f"checkpoint '{view.path}': '{key}' holds {array.dtype} values that the "
+                                          f"model's {narrowed[key]} cannot hold; no variable was changed",
+                                          path=view.path)
         del array  # held no longer than its check
 
 

@@ -26,12 +26,14 @@ from .. import catalog as catalog_module
 from .. import storage, tf_internals
 from ..errors import CheckpointMismatchError, CorruptCheckpointError, InvalidOutputError, ModelBuilderError
 from ..formats import checkpoint_writer, keras_h5, publish
-from .checkpoint_side import checkpoint_path
+from .checkpoint_side import checkpoint_path, checkpoint_view
 from .convert import ModelConvertReport, built_model, difference, import_builder, label_of
-from .load import MATCHES, load_checkpoint
+from .load import MATCHES, load_view
+from .pairings import builtin_pairing
 
 
-def convert_weights(checkpoint, output, build, *, remap=None, match="auto", overwrite=False) -> ModelConvertReport:
+def convert_weights(checkpoint, output, build, *, remap=None, match="auto", overwrite=False, weights=None,
+                    drop_background_class=False) -> ModelConvertReport:
     """Write ``checkpoint`` (TF1 name-based, or tf.keras object-based) as the ``.weights.h5`` file ``output``
     of the Keras 3 model ``build`` returns.
 
@@ -40,7 +42,13 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
     (:func:`~subsetsaver.keras.import_builder`). ``remap`` and ``match``: as
     :func:`~subsetsaver.keras.load_checkpoint` takes them. Every model weight must be filled, with its
     shape and dtype: anything else is one CheckpointMismatchError before anything is written.
-    ``overwrite``: replace an existing ``output``.
+    ``overwrite``: replace an existing ``output``. ``weights``: None (the default: each weight's moving
+    average when every weight has one, as tf-slim's evaluation restores them, else the raw values),
+    'ema' or 'raw' (see :func:`~subsetsaver.catalog.choose_weights`). ``drop_background_class``: leave out
+    class 0 of a classifier that has one class more than the model's (tf-slim's 1001 ImageNet classes
+    into a 1000-class model); without it such a checkpoint is refused. A built-in pairing
+    (:mod:`.pairings`: tf-slim's InceptionV3 into ``keras.applications.InceptionV3``) pairs a checkpoint
+    whose names say nothing of the model's, by the model's structure.
 
     convert_weights('train/', 'mobilenet.weights.h5', 'models.py:build', remap={'net/': ''}).verified[:1]
     # ('Conv1/kernel',)
@@ -56,8 +64,14 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
     if not catalog_module.is_keras_model(model):
         raise ModelBuilderError(f"model builder '{label}' returned a {type(model).__name__}; a .weights.h5 file is "
                                 "a Keras 3 model's")
+    view = checkpoint_view(source)
+    pairing = builtin_pairing(model, view)
+    if pairing is not None:
+        remap = {**pairing.remap, **(remap or {})}
+        view = view.reading(transforms=pairing.transforms)
     try:
-        report = load_checkpoint(model, source, remap=remap, match=match)
+        report = load_view(model, view, remap=remap, match=match, weights=weights,
+                           drop_background_class=drop_background_class)
     except CheckpointMismatchError as error:  # every weight is filled here: leaving some as built is no remedy
         fixes = [fix for fix in error.fixes if fix.argument != "on_mismatch"]
         raise CheckpointMismatchError(error.reason, error.problems, fixes=fixes, path=error.path) from None
@@ -72,7 +86,10 @@ def convert_weights(checkpoint, output, build, *, remap=None, match="auto", over
             publish.discard([written])
             raise
     nbytes = sum(_nbytes(info) for info in tensors)
-    return ModelConvertReport(source, output, label, report, len(tensors), nbytes, verified)
+    notes = tuple(note for note in (report.weights_note, report.classes_note) if note)
+    return ModelConvertReport(source, output, label, report, len(tensors), nbytes, verified,
+                              pairing=None if pairing is None else pairing.name,
+                              notes=notes + (() if pairing is None else pairing.notes))
 
 
 def _checked_output(output) -> str:
@@ -111,7 +128,7 @@ def _verify(model, report, source, written, output) -> tuple:
                                      f"({', '.join(lost[:3])}); it is not put in place", path=output)
     weights = list(loaded)
     got_values = keras_h5.read(written, [where[weight] for weight in weights])
-    expected_values = catalog_module.read_tensors(source, [loaded[weight] for weight in weights])
+    expected_values = report.view.read([loaded[weight] for weight in weights])  # as loaded: averages, transforms
     for weight, (dataset, got), (key, expected) in zip(weights, got_values, expected_values):
         why = difference(got, expected, counter=got.shape == ())  # an integer scalar compares by value (legacy_names)
         if why:

@@ -24,16 +24,19 @@ import os
 
 from .. import catalog as catalog_module
 from .. import storage
-from ..errors import LayoutMapError
+from ..catalog import choose_weights, classes_note
+from ..errors import Fix, LayoutMapError, WeightsChoiceError
 from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, nested, read_config
 from .coverage import check_coverage, check_family
+from .electra_config import read_electra_config
 from .engine import plan_conversion
 from .maps import load_map
 from .members import pick_member
 from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
 from .readings import read_values
+from .transforms import Transform
 
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
@@ -47,7 +50,15 @@ class LayoutReport:
     ``rows``: (source name, target name, transform, shape) per target tensor; ``dropped``: source names
     left out by the map's ``drop``; ``files``: what was written (empty for a dry run); ``expected``: how
     many target tensors the config implies (all found: a conversion with any missing or extra is
-    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all.
+    refused); ``heads``: the optional heads found; ``architecture``: the class that holds them all;
+    ``variant``: which model of the checkpoint was converted (None for a map without variants);
+    ``config``: the config file used, or, for a family whose config may come from its tensors, what it
+    was derived from; ``weights``: 'ema' (each source tensor read from its moving average, ``read_from``)
+    or 'raw'; ``classes``: the classifier's (checkpoint, written) class counts where the map declares one,
+    and ``background_class`` ('dropped' or 'kept'); ``member``: the family member the checkpoint was found
+    to be (a map with ``"members"``, such as EfficientNet's ``b0``); ``notes``: those in words, one line each,
+    and what was read off the checkpoint into the config and how. ``config`` is None when the map reads
+    everything off the checkpoint.
     """
 
     map: str
@@ -63,46 +74,65 @@ class LayoutReport:
     heads: tuple = ()
     architecture: str | None = None
     member: str | None = None
+    variant: str | None = None
+    weights: str = "raw"
+    read_from: dict = dataclasses.field(default_factory=dict)
+    classes: tuple | None = None
+    background_class: str | None = None
     notes: tuple = ()
 
 
-def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_size=None,  # noqa: A002
-            dry_run=False, overwrite=False) -> LayoutReport:
+def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None, max_shard_size=None,  # noqa: A002
+            dry_run=False, overwrite=False, weights=None, drop_background_class=False) -> LayoutReport:
     """Convert ``checkpoint`` into ``out_dir`` by the layout map ``map`` (a shipped name such as
     ``bert-to-hf``, or a map file's path); ``config``: the family's config file when it is not beside
-    the checkpoint; ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
+    the checkpoint; ``variant``: which model of a checkpoint that holds several (``electra-to-hf``:
+    ``"discriminator"``, the default, or ``"generator"``); ``labels``: a file of a classifier's labels, one a line (``id2label`` in the
     target config); ``max_shard_size``: past it (``"1GB"``, or bytes) a Hugging Face output is sharded as
-    ``save_pretrained`` shards it (default: its ``"50GB"``). Raises :class:`~subsetsaver.errors.LayoutMapError`
-    before writing anything when the map, the checkpoint or the config does not fit.
+    ``save_pretrained`` shards it (default: its ``"50GB"``). ``weights``: None (the default: each tensor's
+    ``ExponentialMovingAverage`` shadow when every one mapped has one, else the raw values), 'ema' or 'raw'
+    (:func:`~subsetsaver.catalog.choose_weights`); shadows are never mapped themselves.
+    ``drop_background_class``: leave out class 0 of the classifier the map declares (its ``"classifier"``:
+    tf-slim's 1001 ImageNet classes, the background first). Raises :class:`~subsetsaver.errors.LayoutMapError`
+    (:class:`~subsetsaver.errors.WeightsChoiceError` for the two above) before writing anything when the map,
+    the checkpoint or the config does not fit.
 
     convert("gpt2/model.ckpt", "gpt2-hf", map="gpt2-to-hf").rows[0]
     # ('model/h0/attn/c_attn/b', 'h.0.attn.c_attn.bias', '', (2304,))
     """
-    layout = load_map(map)
+    layout = load_map(map, variant)
     max_shard_bytes = _shard_bytes(max_shard_size)
     source = _source_path(layout, checkpoint)
     catalog = catalog_module.file_catalog(source)
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
+    shadows = [name for name in catalog.ordered_names if name in catalog.role("average") and name not in dropped]
     read_names = [entry["tensor"] for entry in layout.config_from_tensors.values()]
-    plan = plan_conversion(layout, {name: spec for name, spec in specs.items() if name not in read_names}, dropped)
+    convertible = {name: spec for name, spec in specs.items() if name not in read_names}
+    plan = plan_conversion(layout, convertible, [*dropped, *shadows])  # a moving average is read in place of its variable
+    choice = choose_weights(catalog, list(plan.source_names), weights, source)
+    plan, classifier = _classifier(layout, plan, drop_background_class, source)
     check_family(layout, plan.source_names, plan.unmapped, specs)
-    config_path = _config_path(layout, checkpoint, config)
-    target_config = map_config(layout.config, layout.math, read_config(config_path) if config_path else {},
-                               source_name=f"config '{config_path}'")
-    notes = ()
+    if layout.source.get("config_reader") == "electra":
+        config_path, source_config, source_name = _electra_config(layout, checkpoint, config, specs)
+    else:
+        config_path = _config_path(layout, checkpoint, config)
+        source_config = read_config(config_path) if config_path else {}
+        source_name = f"config '{config_path}'"
+    target_config = map_config(layout.config, layout.math, source_config, source_name=source_name)
+    read_notes = ()
     if read_names:
         absent = [name for name in read_names if name not in specs]
         if absent:
             raise LayoutMapError(f"this {layout.family} checkpoint lacks '{absent[0]}', which the target config's "
                                  f"{', '.join(layout.config_from_tensors)} are read from",
                                  fix="convert a whole checkpoint of the family")
-        values, notes = read_values(layout, dict(catalog_module.read_tensors(source, read_names)))
+        values, read_notes = read_values(layout, dict(catalog_module.read_tensors(source, read_names)))
         target_config.update(values)
     member, sizes = None, {}
     if layout.members:
         member, target_config, sizes = pick_member(layout, plan, target_config)
-    coverage = check_coverage(layout, plan.specs, {**target_config, **sizes}, plan.source_name, plan.unmapped)
+    coverage = _checked_coverage(layout, plan, target_config, sizes)
     target_config.update(coverage.config_additions)
     if coverage.architecture:
         target_config["architectures"] = [coverage.architecture]
@@ -111,9 +141,13 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     out_dir = os.fspath(out_dir)
     rows = tuple(plan.rows())
     size = sum(nbytes(shape, dtype) for shape, dtype in plan.specs.values())
+    notes = tuple(note for note in (choice.describe(len(plan.source_names)), classifier.get("note")) if note) \
+        + read_notes
     described = dict(map=layout.name, source=source, out_dir=out_dir, config=config_path, rows=rows,
-                     dropped=plan.dropped, nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
-                     architecture=coverage.architecture, member=member, notes=notes)
+                     dropped=tuple(name for name in plan.dropped if name not in shadows), nbytes=size, expected=len(coverage.expected), heads=coverage.heads,
+                     architecture=coverage.architecture, member=member, variant=layout.variant, weights=choice.used,
+                     read_from=dict(choice.read_from), classes=classifier.get("classes"),
+                     background_class=classifier.get("background_class"), notes=notes)
     if layout.target.get("nested_keys"):
         target_config = nested(target_config)
     if dry_run:
@@ -122,7 +156,7 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
     prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
                        config_file], overwrite)
-    stream = TensorStream(plan.specs, plan.stream(catalog_module.read_tensors(source, plan.source_names)))
+    stream = TensorStream(plan.specs, plan.stream(_read(source, plan.source_names, choice)))
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
                                             max_shard_bytes=max_shard_bytes, overwrite=overwrite)
@@ -130,6 +164,47 @@ def convert(checkpoint, out_dir, map, config=None, *, labels=None, max_shard_siz
         weights = (write_tf_checkpoint(prefix, stream, overwrite=overwrite),)
     storage.write_bytes(config_file, config_bytes(target_config, layout.target["config"]))
     return LayoutReport(**described, files=(*weights, config_file), dry_run=False)
+
+
+def _read(source, names, choice):
+    """(name, array) for each of ``names``, each read from the tensor ``choice`` says (its moving average)."""
+    keys = [choice.key(name) for name in names]
+    for name, (_, array) in zip(names, catalog_module.read_tensors(source, keys)):
+        yield name, array
+        del array
+
+
+def _classifier(layout, plan, drop, source):
+    """``plan`` with class 0 of the map's classifier left out (``drop``), and what the report says of it."""
+    found = {target: axis for target, axis in layout.classifier.items() if target in plan.specs}
+    if not found or len(found) != len(layout.classifier):
+        if drop:
+            raise WeightsChoiceError(f"drop_background_class: map '{layout.name}' declares no classifier that "
+                                     f"checkpoint '{source}' has (\"classifier\": target names and class axes)",
+                                     fixes=[Fix("drop_background_class", False, "to convert without it")])
+        return plan, {}
+    classes = {plan.specs[target][0][axis] for target, axis in found.items()}
+    if len(classes) != 1:
+        raise LayoutMapError(f"map '{layout.name}': the classifier's tensors {', '.join(found)} have "
+                             f"{' and '.join(map(str, sorted(classes)))} classes", fix="check the map's \"classifier\"")
+    count = classes.pop()
+    if not drop:
+        return plan, {"classes": (count, count), "background_class": "kept",
+                      "note": classes_note((count, count), "kept")}
+    steps = []
+    for step in plan.steps:
+        axes = [found.get(target) for target in step.targets]
+        if any(axis is not None for axis in axes):
+            if len(step.targets) != 1:
+                raise LayoutMapError(f"{step.rule.text} splits the classifier; class 0 cannot be dropped from it")
+            rule = dataclasses.replace(step.rule, transforms=(*step.rule.transforms, Transform("drop_first", axes[0])))
+            (shape, dtype), = step.specs
+            specs = (Transform("drop_first", axes[0]).spec(shape, dtype),)
+            step = dataclasses.replace(step, rule=rule, specs=specs)
+        steps.append(step)
+    return dataclasses.replace(plan, steps=tuple(steps)), {
+        "classes": (count, count - 1), "background_class": "dropped",
+        "note": classes_note((count, count - 1), "dropped")}
 
 
 def _shard_bytes(max_shard_size):
@@ -148,6 +223,36 @@ def _config_path(layout, checkpoint, given):
         where = f"no {name} beside '{checkpoint}'" if name else f"map '{layout.name}' names no config file to look for"
         raise LayoutMapError(where, fix=f"give the {layout.family} config file with --config FILE (config= in Python)")
     return path
+
+
+def _checked_coverage(layout, plan, target_config, sizes=None):
+    """:func:`check_coverage` (``sizes``: a member's, for the shapes only); for a map with variants a refusal
+    also names the other variants, since a directory of the other model (a generator given to the
+    discriminator's variant) is refused so."""
+    try:
+        return check_coverage(layout, plan.specs, {**target_config, **(sizes or {})}, plan.source_name,
+                              plan.unmapped)
+    except LayoutMapError as error:
+        others = [name for name in layout.variants if name != layout.variant]
+        if not others:
+            raise
+        message = str(error)[:-len(f"; {error.fix}")] if error.fix else str(error)
+        subject = f"this {layout.family} checkpoint "
+        message = message.replace(subject, f"{subject.rstrip()}, read as the {layout.variant}, ", 1) \
+            if message.startswith(subject) else f"{message} (read as the {layout.variant})"
+        raise LayoutMapError(message, fix="; ".join(
+            [*([error.fix] if error.fix else []), f"or convert it as the {' or '.join(others)} "
+             f"(--variant {' or --variant '.join(others)})"])) from None
+
+
+def _electra_config(layout, checkpoint, given, specs):
+    """(what the config came from, the variant model's config, its name in messages): ``given``, or the
+    map's config file beside the checkpoint, else the checkpoint's shapes (see :mod:`.electra_config`)."""
+    name = layout.source.get("config")
+    path = find_config(checkpoint, name, given) if name or given else None
+    data = read_config(path) if path is not None else None
+    model_config, kind = read_electra_config(data, specs, layout.variant)
+    return (path or kind), model_config, (f"{kind} '{path}'" if path is not None else kind)
 
 
 def _label_config(path, target_config, library=None) -> dict:

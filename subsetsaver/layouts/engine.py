@@ -92,7 +92,8 @@ class ConversionPlan:
 
 
 def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
-    """Pair ``specs`` (name -> (shape, dtype)) with ``layout``'s rules; ``dropped`` names are left out.
+    """Pair ``specs`` (name -> (shape, dtype)) with ``layout``'s rules; ``dropped`` names are left out, and
+    so are the sources of a ``fallback`` rule whose targets an earlier rule wrote.
 
     Raises :class:`~subsetsaver.errors.LayoutMapError` naming the first failing rule.
     """
@@ -102,7 +103,7 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
     for name in specs:
         if name not in dropped:
             by_short[_short_name(name, prefix, aliases)] = name
-    claimed, steps, targets = set(), [], {}
+    claimed, steps, targets, shadowed = set(), [], {}, set()
     check_name = TARGET_NAMES[layout.target_layout]
     for rule in layout.rules:
         for short in by_short:
@@ -118,7 +119,11 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
                                      rule=rule.text, fix="check that the map fits this checkpoint")
             claimed.update(sources)
             names = tuple(by_short[source] for source in sources)
-            step = Step(rule=rule, sources=names, targets=rule.target_names(captures),
+            written = rule.target_names(captures)
+            if rule.fallback and all(target in targets for target in written):
+                shadowed.update(names)  # an earlier rule wrote these targets: this source is not needed
+                continue
+            step = Step(rule=rule, sources=names, targets=written,
                         specs=_target_specs(rule, [specs[name] for name in names], names))
             for target in step.targets:
                 check_name(target, rule)
@@ -128,7 +133,7 @@ def plan_conversion(layout, specs, dropped=()) -> ConversionPlan:
                 targets[target] = rule.text
             steps.append(step)
     unmapped = tuple(by_short[short] for short in by_short if short not in claimed)
-    return ConversionPlan(layout=layout, steps=tuple(steps), dropped=tuple(sorted(dropped & set(specs))),
+    return ConversionPlan(layout=layout, steps=tuple(steps), dropped=tuple(sorted((dropped & set(specs)) | shadowed)),
                           unmapped=unmapped)
 
 

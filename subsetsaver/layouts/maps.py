@@ -21,7 +21,14 @@ one; ``{1:letter}`` a letter's place in the alphabet, ``block2b`` -> ``blocks.1.
 several ``from`` globs concatenates (``"concat": AXIS``); one with several ``to`` names splits
 (``"split": AXIS``). ``math`` states every config value that changes the math (:data:`MATH_ROLES`);
 ``targets`` declares every target tensor the config implies (see :mod:`.coverage`). ``drop`` is
-selector text, evaluated on the checkpoint's catalog.
+selector text, evaluated on the checkpoint's catalog. A rule with ``"fallback": true`` writes a target
+only where no earlier rule wrote it (ELECTRA's generator takes ``electra/embeddings`` unless it has its
+own); the sources it then leaves are dropped.
+
+A checkpoint that holds several models (ELECTRA's discriminator and generator) gets ``"variants"``: each
+a named object of the parts that differ (``description``, ``drop``, ``rules``, ``config``, ``math``,
+``targets``), which replace the map's own; ``"default_variant"`` names the one used when none is asked
+for. ``source.config_reader`` names a family's own way to find its config (:data:`CONFIG_READERS`).
 
 Example::
 
@@ -59,8 +66,11 @@ alphabet (``a`` -> ``0``, as tf_keras names the blocks of a stage ``block2a``, `
 _NUMBER_SPEC = re.compile(r"(0\d+|)d([+-]\d+)?")
 _NAMED_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(?:0\d+)?d)?\}")
 _MAP_KEYS = {"name", "family", "description", "source", "target", "drop", "rules", "config", "math", "targets",
-             "members", "config_from_tensors"}
-_RULE_KEYS = {"from", "to", "transform", "concat", "split"}
+             "variants", "default_variant", "classifier", "members", "config_from_tensors"}
+_VARIANT_KEYS = {"description", "drop", "rules", "config", "math", "targets"}
+_RULE_KEYS = {"from", "to", "transform", "concat", "split", "fallback"}
+CONFIG_READERS = ("electra",)
+"""Families whose config is not one file read as it is (``source.config_reader``, see :mod:`.electra_config`)."""
 _MATH_KEYS = {"key", "value", "from", "values", "why"}
 _GROUP_KEYS = {"tensors", "repeat", "when", "config"}
 _HEAD_KEYS = {"tensors", "architecture", "infer", "config", "when"}
@@ -86,6 +96,7 @@ class Rule:
     transforms: tuple = ()
     concat: int | None = None
     split: int | None = None
+    fallback: bool = False
 
     @property
     def text(self) -> str:
@@ -155,6 +166,10 @@ class LayoutMap:
     math: dict
     targets: dict
     path: str
+    variant: str | None = None
+    variants: tuple = ()
+    classifier: dict = dataclasses.field(default_factory=dict)
+    """Target name -> its class axis, for the tensors of a classifier (``--drop-background-class``)."""
     members: dict = dataclasses.field(default_factory=dict)
     config_from_tensors: dict = dataclasses.field(default_factory=dict)
 
@@ -172,10 +187,12 @@ class LayoutMap:
         return self.source.get("optional_prefix", "")
 
 
-def load_map(name_or_path) -> LayoutMap:
-    """A shipped map by name (``bert-to-hf``), or a map file by path (a copy of one, changed).
+def load_map(name_or_path, variant=None) -> LayoutMap:
+    """A shipped map by name (``bert-to-hf``), or a map file by path (a copy of one, changed); ``variant``:
+    which of the map's variants (``electra-to-hf``: ``discriminator`` or ``generator``), else its default.
 
-    Raises :class:`~subsetsaver.errors.LayoutMapError` for an unknown name or a file that is not a map.
+    Raises :class:`~subsetsaver.errors.LayoutMapError` for an unknown name, a file that is not a map, or a
+    variant the map does not have.
     """
     text = os.fspath(name_or_path)
     if text.endswith(".json") or os.sep in text:
@@ -198,25 +215,55 @@ def load_map(name_or_path) -> LayoutMap:
         raise LayoutMapError(f"cannot read layout map '{path}': {error.strerror or error}") from None
     except ValueError as error:
         raise LayoutMapError(f"layout map '{path}' is not JSON a map can be: {error}") from None
-    return parse_map(data, path)
+    return parse_map(data, path, variant)
 
 
-def parse_map(data, path="<map>") -> LayoutMap:
-    """A :class:`LayoutMap` from a map's JSON object; a :class:`LayoutMapError` names the first bad part."""
+def parse_map(data, path="<map>", variant=None) -> LayoutMap:
+    """A :class:`LayoutMap` from a map's JSON object (its ``variant``, or its default variant); a
+    :class:`LayoutMapError` names the first bad part. Every variant is checked, not only the one chosen.
+    """
     where = f"layout map '{path}'"
     _require_object(data, where, _MAP_KEYS)
+    variants = data.get("variants")
+    if variants is None:
+        if "default_variant" in data:
+            raise LayoutMapError(f"{where} has \"default_variant\" but no \"variants\"", fix=_HOW_TO_WRITE)
+        if variant is not None:
+            raise LayoutMapError(f"map '{data.get('name', path)}' has no variants, so --variant {str(variant)[:80]} "
+                                 "does not apply", fix="leave out --variant (variant= in Python)")
+        return _parse_whole(data, path, where)
+    _require_object(variants, f"{where}, \"variants\"")
+    default = data.get("default_variant")
+    if not variants or default not in variants:
+        raise LayoutMapError(f"{where}: \"variants\" names each variant, and \"default_variant\" one of them",
+                             fix=_HOW_TO_WRITE)
+    if variant is not None and variant not in variants:
+        raise LayoutMapError(f"map '{data.get('name', path)}' has no variant '{str(variant)[:80]}'",
+                             fix=f"use --variant {' or '.join(variants)} (default: {default})")
+    base = {key: value for key, value in data.items() if key not in ("variants", "default_variant")}
+    parsed = {}
+    for name, overrides in variants.items():
+        _require_object(overrides, f"{where}, variant '{name[:80]}'", _VARIANT_KEYS)
+        layout = _parse_whole({**base, **overrides}, path, f"{where}, variant '{name[:80]}'")
+        parsed[name] = dataclasses.replace(layout, variant=name, variants=tuple(variants))
+    return parsed[default if variant is None else variant]
+
+
+def _parse_whole(data, path, where) -> LayoutMap:
     for key in ("name", "source", "target", "rules", "math", "targets"):
         if key not in data:
             raise LayoutMapError(f"{where} has no \"{key}\"", fix=_HOW_TO_WRITE)
-    for side, allowed in (("source", {"layout", "config", "optional_prefix", "aliases"}),
+    for side, allowed in (("source", {"layout", "config", "optional_prefix", "aliases", "config_reader"}),
                           ("target", {"layout", "config", "metadata", "prefix", "library", "nested_keys"})):
         _require_object(data[side], f"{where}, \"{side}\"", allowed)
         if data[side].get("layout") not in LAYOUTS:
             raise LayoutMapError(f"{where}: \"{side}\".\"layout\" must be one of {', '.join(LAYOUTS)}")
-        for key in ("config", "optional_prefix", "prefix", "library"):
+        for key in ("config", "optional_prefix", "prefix", "config_reader", "library"):
             _require_text(data[side], key, f"{where}, \"{side}\"")
         for key in ("aliases", "metadata"):
             _require_text_mapping(data[side].get(key, {}), f"{where}, \"{side}\".\"{key}\"")
+    if data["source"].get("config_reader", CONFIG_READERS[0]) not in CONFIG_READERS:
+        raise LayoutMapError(f"{where}: \"source\".\"config_reader\" is one of {', '.join(CONFIG_READERS)}")
     if not isinstance(data["target"].get("nested_keys", False), bool):
         raise LayoutMapError(f"{where}: \"target\".\"nested_keys\" is true (a key \"a.b\" is written as "
                              "{\"a\": {\"b\": ...}}) or false")
@@ -238,8 +285,19 @@ def parse_map(data, path="<map>") -> LayoutMap:
     return LayoutMap(name=str(data["name"]), family=str(data.get("family", data["name"])), source=data["source"],
                      target=data["target"], drop=data.get("drop"), rules=rules, config=config,
                      math=_parse_math(data["math"], config, where, vision), targets=_parse_targets(data["targets"], where),
-                     path=path, members=_parse_members(data.get("members", {}), data["math"], where),
+                     path=path, classifier=_parse_classifier(data.get("classifier", {}), where),
+                     members=_parse_members(data.get("members", {}), data["math"], where),
                      config_from_tensors=_parse_readings(data.get("config_from_tensors", {}), data["math"], where))
+
+
+def _parse_classifier(value, where) -> dict:
+    """``"classifier": {"TARGET": CLASS_AXIS, ...}``: the target tensors of a classifier and the axis of
+    their classes."""
+    _require_object(value, f"{where}, \"classifier\"")
+    if not all(type(axis) is int for axis in value.values()):
+        raise LayoutMapError(f"{where}: \"classifier\" maps each target name to its class axis (an integer)",
+                             fix=_HOW_TO_WRITE)
+    return dict(value)
 
 
 _HOW_TO_WRITE = "see \"Writing a map\" in docs/leaving_tensorflow.md"
@@ -282,6 +340,8 @@ def _parse_rule(number, item, where) -> Rule:
     for key in ("concat", "split"):
         if key in item and type(item[key]) is not int:
             raise LayoutMapError(f"{where}: \"{key}\" is an axis (an integer)")
+    if "fallback" in item and type(item["fallback"]) is not bool:
+        raise LayoutMapError(f"{where}: \"fallback\" is true or false")
     if len(sources) > 1 and "concat" not in item:
         raise LayoutMapError(f"{where} has {len(sources)} sources: say along which axis with \"concat\"")
     if len(targets) > 1 and "split" not in item:
@@ -296,7 +356,7 @@ def _parse_rule(number, item, where) -> Rule:
         if glob_wildcard_count(glob) != wildcards:
             raise LayoutMapError(f"{where}: '{glob}' must have as many wildcards as '{sources[0]}'")
     return Rule(number=number, source_globs=sources, targets=targets, transforms=transforms,
-                concat=item.get("concat"), split=item.get("split"))
+                concat=item.get("concat"), split=item.get("split"), fallback=item.get("fallback", False))
 
 
 def _parse_math(math, config, where, vision=False) -> dict:

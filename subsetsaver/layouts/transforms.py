@@ -2,7 +2,8 @@
 
 Each transform is written in a map as a string or a one-key object:
 ``"transpose"`` (reverse the axes), ``{"transpose": [1, 0, 2]}``, ``{"reshape": [-1, 768]}``,
-``{"squeeze": 0}``, ``{"expand_dims": 0}``, ``{"cast": "float16"}``. A rule's ``"concat"`` (several
+``{"squeeze": 0}``, ``{"expand_dims": 0}``, ``{"cast": "float16"}``, ``{"drop_first": 0}`` (leave out the
+first entry along an axis: a classifier's background class 0). A rule's ``"concat"`` (several
 sources into one) and ``"split"`` (one source into several equal parts, such as a fused QKV
 kernel) take an axis. Shapes are worked out first, for the whole checkpoint, so that a shape
 a transform cannot produce stops the conversion before anything is written.
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import LayoutMapError
 
-KINDS = ("transpose", "reshape", "squeeze", "expand_dims", "cast")
+KINDS = ("transpose", "reshape", "squeeze", "expand_dims", "cast", "drop_first")
 
 
 ShapeProblem = LayoutMapError
@@ -61,6 +62,11 @@ class Transform:
             if axis is None:
                 raise ShapeProblem(f"cannot add axis {self.argument} to shape {list(shape)}")
             return shape[:axis] + (1,) + shape[axis:], dtype
+        if self.kind == "drop_first":
+            axis = _axis(self.argument, len(shape))
+            if axis is None or not shape[axis]:
+                raise ShapeProblem(f"cannot drop the first entry of axis {self.argument} of shape {list(shape)}")
+            return shape[:axis] + (shape[axis] - 1,) + shape[axis + 1:], dtype
         return shape, str(self.argument)  # cast
 
     def apply(self, array):
@@ -72,6 +78,8 @@ class Transform:
             return np.squeeze(array, axis=self.argument)
         if self.kind == "expand_dims":
             return np.expand_dims(array, self.argument)
+        if self.kind == "drop_first":
+            return np.ascontiguousarray(np.delete(array, 0, axis=self.argument))
         return array.astype(_numpy_dtype(self.argument))
 
 
@@ -87,7 +95,7 @@ def parse_transforms(items) -> tuple:
             raise ValueError(f"a transform is a name or a one-key object, not {item!r}")
         if kind not in KINDS:
             raise ValueError(f"unknown transform '{kind}' (known: {', '.join(KINDS)})")
-        if kind in ("squeeze", "expand_dims") and type(argument) is not int:
+        if kind in ("squeeze", "expand_dims", "drop_first") and type(argument) is not int:
             raise ValueError(f"'{kind}' takes an axis, e.g. {{\"{kind}\": 0}}")
         if kind == "reshape" and not _integers(argument):
             raise ValueError("'reshape' takes a list of sizes, one of them -1 at most, e.g. {\"reshape\": [-1, 64]}")

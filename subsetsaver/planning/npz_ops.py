@@ -283,12 +283,7 @@ def ops_for(graph, layouts, *, build=True):
     first use unless the graph is finalized."""
     # File name and variable: a plan's remap may store variable 'b' under the name 'a'. The cached
     # NpzOps holds the variables, so their ids stay theirs.
-    known = _known_for_list(graph, "ops", layouts)
-    if known is not None:
-        return known
-    key = _key(layouts)
-    with _build_lock:
-        cache = _ops_by_graph.setdefault(graph, {})
+    def find(cache, key):
         ops = cache.get(key)
         if ops is None and build:
             if graph.finalized:
@@ -300,32 +295,42 @@ def ops_for(graph, layouts, *, build=True):
                     "(or build ss.plan(sel, graph, backend='npz')) before graph.finalize()"
                 )
             ops = cache[key] = NpzOps(graph, layouts, save=cache.get(("save", key)))
-        if ops is not None:
-            _remember_for_list(cache, "ops", layouts, ops)
-        return ops
+        return ops, ops is not None
+
+    return _cached(graph, "ops", layouts, find)
 
 
 def save_fetches_for(graph, layouts) -> SaveFetches:
     """What a save of these layouts fetches: the NpzOps' when restore ops exist, else save fetches
     alone (a save never builds restore ops), built once; without new ops in a finalized graph."""
-    known = _known_for_list(graph, "save", layouts)
+    def find(cache, key):
+        ops = cache.get(key)
+        if ops is not None:
+            return ops.save, True
+        fetches = cache.get(("save", key))
+        if fetches is None:
+            fetches = SaveFetches(graph, layouts, stacks=not graph.finalized)
+            if graph.finalized:
+                return fetches, False  # built with no new ops, and kept nowhere
+            cache[("save", key)] = fetches
+        return fetches, True
+
+    return _cached(graph, "save", layouts, find)
+
+
+def _cached(graph, kind, layouts, find):
+    """What ``find(cache, key)`` gives for the layouts, as ``(value, keep)``, under the build lock; a kept value
+    is remembered for this very list, so that the next call with it computes no key."""
+    known = _known_for_list(graph, kind, layouts)
     if known is not None:
         return known
     key = _key(layouts)
     with _build_lock:
         cache = _ops_by_graph.setdefault(graph, {})
-        ops = cache.get(key)
-        if ops is not None:
-            fetches = ops.save
-        else:
-            fetches = cache.get(("save", key))
-            if fetches is None:
-                fetches = SaveFetches(graph, layouts, stacks=not graph.finalized)
-                if graph.finalized:
-                    return fetches
-                cache[("save", key)] = fetches
-        _remember_for_list(cache, "save", layouts, fetches)
-        return fetches
+        value, keep = find(cache, key)
+        if keep:
+            _remember_for_list(cache, kind, layouts, value)
+        return value
 
 
 def _known_for_list(graph, kind, layouts):

@@ -6,8 +6,8 @@ A V2 checkpoint (TensorFlow's *tensor bundle*) is one or more ``.data`` files an
 string table (LevelDB's format, no compression): one ``BundleEntryProto`` per tensor
 (dtype, shape, shard, offset, size, crc32c) in prefix-compressed blocks of 256 KB, a
 restart point every 16 keys, then an index block and a 48-byte footer. This module
-replays that layout entry by entry, so the estimate matches TensorFlow's file to the
-byte for ordinary models; only what the index cannot know in advance (string tensors,
+computes each entry's length and builds that table with the bundle writer's own table
+builder, so the estimate matches TensorFlow's file to the byte for ordinary models; only what the index cannot know in advance (string tensors,
 unknown shapes) makes it an estimate.
 
 Example::
@@ -27,10 +27,6 @@ import math
 from ..formats.tf import bundle
 from ..selectors import format_bytes
 
-_BLOCK_SIZE = 256 * 1024         # table::Options::block_size
-_RESTART_INTERVAL = 16           # table::Options::block_restart_interval
-_BLOCK_TRAILER = 5               # compression type byte + crc32c
-_FOOTER = 48                     # two padded block handles + magic number
 _HEADER_VALUE = b"\x08\x01\x1a\x02\x08\x01"  # BundleHeaderProto{num_shards: 1, version{producer: 1}}
 
 # Byte width of the dtypes a bundle stores as raw little-endian values.
@@ -173,7 +169,8 @@ def index_bytes(tensors) -> int:
             entries[tensor.key.encode()] = value
     for key, (first, slices) in full_entries.items():
         entries[key.encode()] = _full_entry(first, slices)
-    return _table_bytes(sorted(entries.items()))
+    # the table the writer builds, each value as long as its entry (the bytes do not change the layout)
+    return len(bundle.build_table((key, bytes(length)) for key, length in sorted(entries.items())))
 
 
 # -- BundleEntryProto ------------------------------------------------------------
@@ -270,89 +267,6 @@ def _signed_num_increasing(value: int) -> bytes:
     encoded[0] ^= _SIGNED_HEADER[length][0]
     encoded[1] ^= _SIGNED_HEADER[length][1]
     return bytes(encoded)
-
-
-# -- the sorted string table ----------------------------------------------------------
-
-
-def _table_bytes(items) -> int:
-    """Bytes of a table holding ``items`` (sorted ``(key, value_length)`` pairs)."""
-    total = 0
-    block = _Block(_RESTART_INTERVAL)
-    index = _Block(1)
-    last_key = None
-    pending_handle = None
-    for key, value_length in items:
-        if pending_handle is not None:
-            index.add(_shortest_separator(last_key, key), _handle_length(*pending_handle))
-            pending_handle = None
-        block.add(key, value_length)
-        last_key = key
-        if block.size_estimate() >= _BLOCK_SIZE:
-            pending_handle = (total, block.size_estimate())
-            total += block.size_estimate() + _BLOCK_TRAILER
-            block = _Block(_RESTART_INTERVAL)
-    if block.count:
-        pending_handle = (total, block.size_estimate())
-        total += block.size_estimate() + _BLOCK_TRAILER
-    total += _Block(1).size_estimate() + _BLOCK_TRAILER   # the empty metaindex block
-    if pending_handle is not None:
-        index.add(_short_successor(last_key), _handle_length(*pending_handle))
-    total += index.size_estimate() + _BLOCK_TRAILER
-    return total + _FOOTER
-
-
-class _Block:
-    """Size of a table block: prefix-compressed entries plus the restart array."""
-
-    def __init__(self, restart_interval):
-        self.restart_interval = restart_interval
-        self.buffer = 0
-        self.restarts = 1
-        self.count = 0
-        self.since_restart = 0
-        self.last_key = b""
-
-    def add(self, key: bytes, value_length: int):
-        shared = 0
-        if self.since_restart < self.restart_interval:
-            limit = min(len(key), len(self.last_key))
-            while shared < limit and key[shared] == self.last_key[shared]:
-                shared += 1
-        else:
-            self.restarts += 1
-            self.since_restart = 0
-        unshared = len(key) - shared
-        self.buffer += _varint(shared) + _varint(unshared) + _varint(value_length) + unshared + value_length
-        self.last_key = key
-        self.since_restart += 1
-        self.count += 1
-
-    def size_estimate(self) -> int:
-        return self.buffer + 4 * self.restarts + 4
-
-
-def _handle_length(offset, size) -> int:
-    return _varint(offset) + _varint(size)
-
-
-def _shortest_separator(start: bytes, limit: bytes) -> bytes:
-    common = 0
-    while common < min(len(start), len(limit)) and start[common] == limit[common]:
-        common += 1
-    if common >= min(len(start), len(limit)):
-        return start
-    byte = start[common]
-    if byte < 0xFF and byte + 1 < limit[common]:
-        return start[:common] + bytes([byte + 1])
-    return start
-
-
-def _short_successor(key: bytes) -> bytes:
-    for position, byte in enumerate(key):
-        if byte != 0xFF:
-            return key[:position] + bytes([byte + 1])
-    return key
 
 
 def table_lines(sizes) -> list:

@@ -8,8 +8,8 @@ Reading a data file in parts costs a request per part: its latency, its bill, an
 (moto's S3) a fresh read of the whole object for each one. A run of wanted bytes of at least
 ``STREAM_MIN_BYTES`` is therefore asked for once. Its body is handed from the client's event loop
 to the reader through a queue of at most ``QUEUED_CHUNKS`` chunks of ``CHUNK_BYTES``, so memory stays
-bounded whatever the run's length. Only clients that expose a streamed body are served (s3fs,
-gcsfs); ``body_reader`` says None for the others, which read in parts.
+bounded whatever the run's length. The request is sent with the public calls of s3fs and gcsfs (fsspec
+itself hands a range over only whole); ``body_reader`` says None for other stores, which read in parts.
 
 Example (inside ``RemoteStorage``)::
 
@@ -147,10 +147,23 @@ async def _put(chunks, item, stop):
 
 @contextlib.asynccontextmanager
 async def _s3_body(filesystem, path, start, end):
+    """S3's GetObject of the range, sent by s3fs's own client (``set_session`` and ``get_s3``, which s3fs documents
+    for async use, give the aiobotocore client it configured: endpoint, credentials, time-outs, region)."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
     bucket, key, version = filesystem.split_path(path)
-    asked = {"VersionId": version} if version else {}
-    response = await filesystem._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
-                                         **asked, **filesystem.req_kw)
+    await filesystem.set_session()
+    client = await filesystem.get_s3(bucket)
+    accepted = client.meta.service_model.operation_model("GetObject").input_shape.members
+    options = {name: value for name, value in {**filesystem.s3_additional_kwargs, **filesystem.req_kw}.items()
+               if name in accepted and value is not None}  # e.g. RequestPayer, SSECustomerKey
+    if version:
+        options["VersionId"] = version
+    try:
+        response = await client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **options)
+    except ClientError as error:  # as the OSError s3fs raises for it (an absent object: FileNotFoundError)
+        raise translate_boto_error(error) from error
     body = response["Body"]
     try:
         yield body.read
@@ -160,12 +173,24 @@ async def _s3_body(filesystem, path, start, end):
 
 @contextlib.asynccontextmanager
 async def _gcs_body(filesystem, path, start, end):
+    """Cloud Storage's media download of the range, sent with gcsfs's public pieces: its URL of the object, its
+    credentials' headers, and its connections (``session``, made by its first request, such as the object's
+    size when the reader opened it; else a session of its own with gcsfs's ``session_kwargs``)."""
+    import aiohttp
     from gcsfs.retry import validate_response
 
-    await filesystem._set_session()
-    async with filesystem.session.get(url=filesystem.url(path), params=filesystem._get_params({}),
-                                      headers=filesystem._get_headers({"Range": f"bytes={start}-{end - 1}"}),
-                                      timeout=filesystem.requests_timeout) as response:
+    headers = {"Range": f"bytes={start}-{end - 1}"}
+    filesystem.credentials.apply(headers)
+    params = {}
+    if filesystem.requester_pays:  # the project billed for a requester-pays bucket, as gcsfs names it
+        params["userProject"] = (filesystem.requester_pays if isinstance(filesystem.requester_pays, str)
+                                 else filesystem.project)
+    async with contextlib.AsyncExitStack() as closing:
+        session = filesystem.session
+        if session is None or session.closed:
+            session = await closing.enter_async_context(aiohttp.ClientSession(**filesystem.session_kwargs))
+        response = await closing.enter_async_context(
+            session.get(filesystem.url(path), params=params, headers=headers, timeout=filesystem.requests_timeout))
         if response.status >= 400:
             validate_response(response.status, await response.read(), path)
         yield response.content.read

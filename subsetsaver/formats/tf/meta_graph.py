@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from ..wire.protobuf import LENGTH_DELIMITED, decode_varint, fields
+from ..wire.protobuf import LENGTH_DELIMITED, Field, Message, decode, decode_varint, fields
 
 __all__ = ["VARIABLE_COLLECTIONS", "AttrValue", "MetaGraph", "NodeDef", "OpDef", "VariableDef", "read_meta_graph", "shape_dims"]
 
@@ -127,19 +127,31 @@ def _name_attr_list(raw) -> NameAttrList:
 def _list_value(raw) -> ListValue:
     found = ListValue()
     for number, wire_type, value in fields(raw):
-        if number == 2:
-            found.s.append(value)
-        elif number == 3:
-            found.i.extend(_int64(v) for v in _packed_or_single(wire_type, value))
-        elif number == 5:
-            found.b.extend(bool(v) for v in _packed_or_single(wire_type, value))
-        elif number == 6:
-            found.type.extend(_packed_or_single(wire_type, value))
-        elif number == 7:
-            found.shape.append(_shape(value))
-        elif number == 9:
-            found.func.append(_name_attr_list(value))
+        kind = _LIST_VALUE_FIELDS.get(number)
+        if kind is not None:
+            items = _packed_or_single(wire_type, value) if kind in _PACKABLE else (value,)
+            getattr(found, kind).extend(map(_DECODE[kind], items))
     return found
+
+
+def _float(raw) -> float:
+    return struct.unpack("<f", raw.to_bytes(4, "little"))[0]
+
+
+def _as_is(raw):
+    return raw
+
+
+_DECODE = {"list": _list_value, "s": _as_is, "i": _int64, "f": _float, "b": bool, "type": _as_is, "shape": _shape,
+           "tensor": _as_is, "placeholder": _text, "func": _name_attr_list}
+"""How each kind of attribute value is decoded from its field, in an ``AttrValue`` and in its list."""
+_ATTR_VALUE_FIELDS = {1: "list", 2: "s", 3: "i", 4: "f", 5: "b", 6: "type", 7: "shape", 8: "tensor",
+                      9: "placeholder", 10: "func"}
+"""The kind of each field of ``AttrValue`` (a oneof)."""
+_LIST_VALUE_FIELDS = {2: "s", 3: "i", 5: "b", 6: "type", 7: "shape", 9: "func"}
+"""The kind of each field of ``AttrValue.ListValue`` read here (its floats and tensors are not needed)."""
+_PACKABLE = frozenset({"i", "b", "type"})
+"""Repeated numbers, which the wire may pack into one field."""
 
 
 class AttrValue:
@@ -154,26 +166,9 @@ class AttrValue:
     def __init__(self, raw):
         self._which, self._value = None, None
         for number, _wire_type, value in fields(raw):  # a oneof: the last field on the wire wins
-            if number == 1:
-                self._which, self._value = "list", _list_value(value)
-            elif number == 2:
-                self._which, self._value = "s", value
-            elif number == 3:
-                self._which, self._value = "i", _int64(value)
-            elif number == 4:
-                self._which, self._value = "f", struct.unpack("<f", value.to_bytes(4, "little"))[0]
-            elif number == 5:
-                self._which, self._value = "b", bool(value)
-            elif number == 6:
-                self._which, self._value = "type", value
-            elif number == 7:
-                self._which, self._value = "shape", _shape(value)
-            elif number == 8:
-                self._which, self._value = "tensor", value
-            elif number == 9:
-                self._which, self._value = "placeholder", _text(value)
-            elif number == 10:
-                self._which, self._value = "func", _name_attr_list(value)
+            kind = _ATTR_VALUE_FIELDS.get(number)
+            if kind is not None:
+                self._which, self._value = kind, _DECODE[kind](value)
 
     def HasField(self, name) -> bool:  # noqa: N802 - the protobuf method's name
         return self._which == name
@@ -254,26 +249,18 @@ class OpDef:
     attr: list
 
 
+_ARG_DEF = Message("ArgDef", Field(1, "name", "bytes"), Field(3, "type", "enum"), Field(16, "is_ref", "bool"))
+_ATTR_DEF = Message("AttrDef", Field(1, "name", "bytes"), Field(2, "type", "bytes"))
+
+
 def _arg_def(raw) -> ArgDef:
-    name, data_type, is_ref = b"", 0, False
-    for number, _wire_type, value in fields(raw):
-        if number == 1:
-            name = value
-        elif number == 3:
-            data_type = value
-        elif number == 16:
-            is_ref = bool(value)
-    return ArgDef(_text(name), data_type, is_ref)
+    found = decode(_ARG_DEF, raw)
+    return ArgDef(_text(found.get("name", b"")), found.get("type", 0), found.get("is_ref", False))
 
 
 def _attr_def(raw) -> AttrDef:
-    name = kind = b""
-    for number, _wire_type, value in fields(raw):
-        if number == 1:
-            name = value
-        elif number == 2:
-            kind = value
-    return AttrDef(_text(name), _text(kind))
+    found = decode(_ATTR_DEF, raw)
+    return AttrDef(_text(found.get("name", b"")), _text(found.get("type", b"")))
 
 
 def _op_def(raw) -> OpDef:

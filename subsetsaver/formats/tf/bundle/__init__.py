@@ -36,8 +36,9 @@ from .reader import BundleReader
 
 __getattr__, __dir__ = exports(__name__, {
     **names(".files", "bundle_files", "checkpoint_bytes", "data_files"),
+    **names(".table", "build_table"),
     **names(".writer", "BundleWriter", "publish_staged", "shard_count_for", "write"),
 })
 
-__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "bundle_files", "checkpoint_bytes", "data_files",
-           "data_path", "dtypes", "index_path", "publish_staged", "shard_count_for", "write"]
+__all__ = ["BundleReader", "BundleWriter", "FormatVersion", "TensorSpec", "build_table", "bundle_files", "checkpoint_bytes",
+           "data_files", "data_path", "dtypes", "index_path", "publish_staged", "shard_count_for", "write"]

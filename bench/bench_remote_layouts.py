@@ -1,0 +1,74 @@
+"""A layout map straight from a bucket: ``convert gs://…/model.ckpt-1 OUT --map t5-to-hf`` against an fsspec
+``get`` of the same objects, on fake-gcs-server (the tests' server, on this machine).
+
+The checkpoint is a T5 v1.1 at about T5-small's widths (d_model 512, 6 + 6 layers, a 32k vocabulary) built,
+trained one Adafactor step and saved by Mesh TensorFlow's own code (``tests/mesh_t5.py save v1.1-bench``), with
+Adafactor's state unfactored: half of its bytes are state that the conversion never fetches. Each side is a
+whole child process, connected to the server before its clock starts; sides alternate, the line is the median
+of ``RUNS``. The line gives the conversion's throughput (the bytes it fetched per second) over the get's
+(every byte of the objects per second), and the two wall times.
+
+Run: ``python bench/bench_remote_layouts.py``.
+"""
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPOSITORY)
+sys.path.insert(0, os.path.join(REPOSITORY, "tests"))
+
+import object_servers  # noqa: E402 - the tests' own servers
+
+from bench.bench_remote import GET, command, run, upload  # noqa: E402
+
+RUNS = int(os.environ.get("SUBSETSAVER_BENCH_RUNS", "3"))
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="bench-remote-layouts-")
+    server = None
+    try:
+        local = os.path.join(work, "t5")
+        os.makedirs(local)
+        subprocess.run([sys.executable, os.path.join(REPOSITORY, "tests", "mesh_t5.py"), "save", "v1.1-bench", local],
+                       check=True, capture_output=True, timeout=3600)
+        os.remove(os.path.join(local, "outputs.npz"))
+        total = sum(os.path.getsize(os.path.join(local, name)) for name in os.listdir(local))
+        server = object_servers.start_fake_gcs(relayed=True)
+        os.environ.update(server.environ)
+        import fsspec
+
+        fsspec.filesystem("gs", skip_instance_cache=True).mkdir(object_servers.BUCKET)
+        place = upload(server, local)
+        remote = place.url("model.ckpt-1")
+        urls = [place.url(name) for name in sorted(os.listdir(local))]
+        connected = dict(server.environ, BENCH_CONNECT="gs", BENCH_BUCKET=f"gs://{object_servers.BUCKET}")
+        ours, theirs, fetched = [], [], []
+        for _ in range(RUNS):
+            out = os.path.join(work, "hf")
+            server.relay.reset()
+            ours.append(command(["convert", remote, out, "--map", "t5-to-hf", "--force"], connected)["seconds"])
+            fetched.append(server.relay.received)
+            shutil.rmtree(out)
+            target = tempfile.mkdtemp(dir=work)
+            theirs.append(float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1]))
+            shutil.rmtree(target)
+        mine, get, moved = statistics.median(ours), statistics.median(theirs), statistics.median(fetched)
+        print(f"gs: convert --map t5-to-hf of a {total / 1e6:.0f} MB Mesh TensorFlow T5 (half Adafactor state): "
+              f"fetched {moved / 1e6:.0f} MB in {mine:.2f} s (runs {', '.join(f'{s:.2f}' for s in ours)}); "
+              f"fsspec get of the {len(urls)} objects {get:.2f} s (runs {', '.join(f'{s:.2f}' for s in theirs)}): "
+              f"throughput {(moved / mine) / (total / get):.2f}x the get's, wall time {mine / get:.2f}x")
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
