@@ -321,7 +321,8 @@ def test_a_tf_slim_resnet_v1_is_refused_with_the_reason(built, run_cli):
     result = run_cli("convert", root / "resnet_v1_50" / "model.ckpt", root / "resnet-out", "--map",
                      "resnet-v1-to-timm")
     assert result.returncode == 2
-    assert result.stderr.startswith("subsetsaver: error: no map 'resnet-v1-to-timm': this is a tf-slim ResNet v1 ")
+    assert result.stderr.startswith("subsetsaver: error: no map 'resnet-v1-to-timm': timm has no exact twin of the "
+                                    "tf-slim ResNet v1 (tf_slim.nets.resnet_v1): the nearest, timm resnet50 ")
     assert not os.path.exists(root / "resnet-out")
 
 
@@ -457,3 +458,24 @@ def test_the_vision_maps_ship_and_parse():
     assert list(efficientnet.members) == [f"b{number}" for number in range(8)]
     assert efficientnet.members["b7"]["sizes"]["s6_blocks"] == 13
     assert list(load_map(MOBILENET).members) == ["100", "075"]
+
+
+def test_a_family_timm_has_no_twin_of_is_named_by_its_tensors_without_tensorflow(tmp_path):
+    names = ["InceptionV3/Conv2d_1a_3x3/weights", "InceptionV3/Conv2d_1a_3x3/BatchNorm/beta",
+             "InceptionV3/Mixed_5b/Branch_3/Conv2d_0b_1x1/weights", "global_step"]
+    (tmp_path / "ckpt").mkdir()
+    bundle.write(str(tmp_path / "ckpt" / "model.ckpt"), {name: np.ones((2,), np.float32) for name in names})
+    with pytest.raises(LayoutMapError) as error:
+        ss.convert(str(tmp_path / "ckpt" / "model.ckpt"), tmp_path / "out", map=MOBILENET)
+    assert str(error.value) == (
+        "this is a tf-slim Inception v3 (tf_slim.nets.inception_v3) checkpoint, which timm has no exact twin of: the "
+        "nearest, timm inception_v3, counts the zero padding in the 3x3 average pools of its Mixed blocks "
+        "(F.avg_pool2d's count_include_pad) where TensorFlow's \"SAME\" pools average over the window inside the "
+        "image only, so every border value of every Mixed block differs; no map converts it, since a near twin "
+        "loads and computes something else; a map of your own (--map FILE) is checked the same way")
+    assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(LayoutMapError) as error:
+        load_map("inception-v3-to-timm")
+    assert str(error.value).startswith("no map 'inception-v3-to-timm': timm has no exact twin of the tf-slim "
+                                       "Inception v3 (tf_slim.nets.inception_v3): the nearest, timm inception_v3, "
+                                       "counts the zero padding")

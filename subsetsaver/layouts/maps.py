@@ -204,7 +204,7 @@ def load_map(name_or_path, variant=None) -> LayoutMap:
         path = os.path.join(MAPS_DIRECTORY, f"{text}.json")
         twin = no_twin_named(text)
         if twin is not None and not os.path.isfile(path):
-            raise LayoutMapError(f"no map '{text}': {twin.message}", fix=twin.fix)
+            raise LayoutMapError(twin.named(text), fix=twin.fix)
         if not os.path.isfile(path):
             raise LayoutMapError(f"unknown layout map '{text}'",
                                  fix=f"use one of {', '.join(shipped_maps())}, or the path of a .json map file")

@@ -35,6 +35,11 @@ class NoTwin:
         return (f"this is a {self.family} checkpoint, which {self.library} has no exact twin of: the nearest, "
                 f"{self.nearest}, {self.reason}")
 
+    def named(self, map_name) -> str:
+        """The refusal of a map asked for by ``map_name``, which would convert this family."""
+        return (f"no map '{map_name}': {self.library} has no exact twin of the {self.family}: the nearest, "
+                f"{self.nearest}, {self.reason}")
+
     @property
     def fix(self) -> str:
         return ("no map converts it, since a near twin loads and computes something else; a map of your own "
