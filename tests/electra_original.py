@@ -38,7 +38,8 @@ import types
 
 import numpy as np
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+if __name__ == "__main__":  # as the tests' subprocess; a test importing the inputs leaves its process's Keras alone
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
