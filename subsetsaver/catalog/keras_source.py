@@ -92,7 +92,7 @@ def read(model, optimizer=None) -> KerasVariables:
             if iterations is not None and variable is iterations:
                 steps.add(path)
                 continue
-            reference = _reference(short, references)
+            reference = slot_owner(short, references)
             if reference is not None and tuple(variables[reference].shape) == tuple(variable.shape):
                 slot_of[path] = reference
             else:
@@ -119,9 +119,13 @@ def read(model, optimizer=None) -> KerasVariables:
     return KerasVariables(catalog, variables, owner, local)
 
 
-def _reference(short, references):
-    """The model variable an optimizer slot belongs to: the longest path prefix ``dense_kernel`` of
-    ``dense_kernel_momentum``."""
+def slot_owner(short, references):
+    """What ``references`` (flat name -> anything) holds for the model variable an optimizer slot named
+    ``short`` belongs to: that of the longest flat name it starts with (then ``_``), or None.
+
+    >>> slot_owner("dense_kernel_momentum", {"dense": "a", "dense_kernel": "b"})
+    'b'
+    """
     best = None
     for flat, path in references.items():
         if short.startswith(flat + "_") and (best is None or len(flat) > len(best[0])):

@@ -29,6 +29,7 @@ from ..catalog import (
     CatalogEntry,
     is_keras_model,
     keras_dtype_name,
+    keras_slot_owner,
     read_keras,
     value_bytes,
 )
@@ -122,22 +123,12 @@ def optimizer_state(optimizer, weights) -> OptimizerState:
             counter = path
             continue
         short = path[len(prefix):] if path.startswith(prefix) else path
-        reference = _reference(short, by_flat)
+        reference = keras_slot_owner(short, by_flat)
         if reference is not None and variable_spec(variable)[0] == weights.spec(reference)[0]:
             slots[path] = (reference, short[len(weights.flat[reference]) + 1:])
         else:
             own.append(path)
     return OptimizerState(f"optimizer '{optimizer.name}'", variables, slots, counter, tuple(own))
-
-
-def _reference(short, by_flat):
-    """The model weight a slot belongs to: the longest flat name ``conv_kernel`` that
-    ``conv_kernel_momentum`` starts with (then ``_``)."""
-    best = None
-    for flat, name in by_flat.items():
-        if short.startswith(flat + "_") and (best is None or len(flat) > len(best[0])):
-            best = (flat, name)
-    return best[1] if best else None
 
 
 def variable_spec(variable) -> tuple:

@@ -88,15 +88,22 @@ def shipped_maps() -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """One rule: source globs, target name templates, per-tensor transforms, concat or split axis."""
+    """One rule of a map, as ``"rules"`` gives it."""
 
     number: int
+    """Its place in ``"rules"``, from 1 (named in messages)."""
     source_globs: tuple
+    """``"from"``: one glob, or several whose tensors are concatenated."""
     targets: tuple
+    """``"to"``: one target name template, or several the tensor is split into."""
     transforms: tuple = ()
+    """``"transform"``: what each tensor goes through, in order."""
     concat: int | None = None
+    """``"concat"``: the axis several sources are joined on."""
     split: int | None = None
+    """``"split"``: the axis the tensor is cut on, into equal parts, one a target."""
     fallback: bool = False
+    """``"fallback"``: write a target only where no earlier rule wrote it."""
 
     @property
     def text(self) -> str:
@@ -154,20 +161,28 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class LayoutMap:
-    """A parsed map (see the module's docstring). ``path`` is the file it came from."""
+    """A parsed map (see the module's docstring): each field is the map's key of that name, checked."""
 
     name: str
     family: str
+    """Who makes checkpoints of this layout, for messages (``"BERT (google-research/bert)"``)."""
     source: dict
     target: dict
     drop: str | None
+    """Selector text of what is dropped by role (optimizer state, the step)."""
     rules: tuple
+    """The :class:`Rule` objects, in order."""
     config: dict
     math: dict
+    """Each of :data:`MATH_ROLES` -> how the target config states it."""
     targets: dict
+    """What the target layout holds for a config (see :mod:`.coverage`)."""
     path: str
+    """The file the map came from."""
     variant: str | None = None
+    """The variant these parts are of (a map with ``"variants"``), or None."""
     variants: tuple = ()
+    """The names of every variant of the map."""
     classifier: dict = dataclasses.field(default_factory=dict)
     """Target name -> its class axis, for the tensors of a classifier (``--drop-background-class``)."""
     members: dict = dataclasses.field(default_factory=dict)

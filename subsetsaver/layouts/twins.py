@@ -20,15 +20,18 @@ from ..selectors import glob_captures
 
 @dataclasses.dataclass(frozen=True)
 class NoTwin:
-    """A family with no exact twin in ``library``: ``signature`` globs (any one matching a tensor name
-    recognizes it), the ``nearest`` model there, the ``reason`` it differs, and map ``names`` people try."""
+    """A family with no exact twin in a library."""
 
     family: str
     library: str
     signature: tuple
+    """Globs: any one matching a tensor name recognizes the family."""
     nearest: str
+    """The library's nearest model."""
     reason: str
+    """How it differs, measured."""
     names: tuple = ()
+    """Map names people try for it."""
 
     @property
     def message(self) -> str:
