@@ -35,6 +35,8 @@ TF1_SCRIPT = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
+    # each new fetch or feed of a session re-optimizes the whole graph; the set-up loads variables one by one
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     import tf_keras.src.legacy_tf_layers as legacy_tf_layers
     sys.modules.setdefault("tf_keras.legacy_tf_layers", legacy_tf_layers)
     import tf_slim as slim

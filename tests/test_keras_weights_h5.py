@@ -34,6 +34,8 @@ TF1_SCRIPT = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
+    # each new fetch or feed of a session re-optimizes the whole graph; the set-up loads variables one by one
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     import tf_keras
 
     for directory, name, kwargs in json.loads(sys.argv[1]):
