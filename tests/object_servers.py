@@ -72,9 +72,13 @@ class CountingRelay:
             except OSError:
                 client.close()
                 continue
+            self._connected(client, server)
             # one thread each way: a server that answers before it has read the whole request cannot stall it
             threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _connected(self, client, server):
+        """A relayed connection was made (both of its sockets)."""
 
     def _pump(self, source, target, upstream):
         try:
@@ -118,21 +122,9 @@ class FaultyRelay(CountingRelay):
     def stall_after(self, count):
         self._fault = ("stall", False, count)
 
-    def _accept(self):
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._sockets.update((client, server))
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+    def _connected(self, client, server):
+        with self._lock:  # a kill closes every socket
+            self._sockets.update((client, server))
 
     def _pump(self, source, target, upstream):
         try:
