@@ -5,7 +5,7 @@ A tf_keras ``DepthwiseConv2D`` (and ``DepthwiseConv1D``) names its kernel ``dept
 ``block_1_depthwise/kernel`` in Keras 3); tf_keras's ConvNeXt ``LayerScale`` names its scale
 ``gamma`` where Keras 3's leaves it unnamed (``variable_3``). A checkpoint that lacks a model
 weight under its own name is read under the tf_keras name, where it holds that: the matching
-(:mod:`.matching`) asks :func:`legacy_names`. Found by building every ``tf_keras.applications``
+(:mod:`.matching`) reads them from :func:`tf_keras_differences`. Found by building every ``tf_keras.applications``
 model and its Keras 3 twin: MobileNet, MobileNetV2, EfficientNet and EfficientNetV2 (depthwise
 kernels) and ConvNeXt (layer scales) differ so; ResNet, Xception (``SeparableConv2D`` keeps its
 names), DenseNet's blocks and InceptionV3's named layers do not. EfficientNet's input ``Normalization``
@@ -19,6 +19,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from .. import tf_internals
 
@@ -34,6 +36,27 @@ RENAMES = {
 RETYPED = {
     "Normalization": {"count": "int64"},
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class TfKerasDifferences:
+    """What tf_keras names or types otherwise in one model: ``names`` (weight path -> the last part of the
+    name tf_keras gives it, :func:`legacy_names`) and ``dtypes`` (weight path -> the wider dtype tf_keras keeps
+    it in, :func:`legacy_dtypes`). A model tf_keras has no twin of (a ``tf.Module``) differs in nothing.
+
+    Example::
+
+        tf_keras_differences(keras.applications.MobileNetV2(weights=None)).names['block_1_depthwise/kernel']
+        # 'depthwise_kernel'
+    """
+
+    names: dict = dataclasses.field(default_factory=dict)
+    dtypes: dict = dataclasses.field(default_factory=dict)
+
+
+def tf_keras_differences(model) -> TfKerasDifferences:
+    """Every known difference between tf_keras and Keras 3 in the weights of ``model``."""
+    return TfKerasDifferences(names=legacy_names(model), dtypes=legacy_dtypes(model))
 
 
 def legacy_dtypes(model) -> dict:

@@ -98,8 +98,8 @@ def match_by_object_path(model, weights, view, chosen, remap) -> Pairing:
     for name, variable in weights.variables.items():
         path = paths.get(id(variable))
         key = by_path.get(path)
-        if key is None and path is not None and name in weights.legacy:
-            key = by_path.get(legacy_key(path, weights.legacy[name]))
+        if key is None and path is not None and name in weights.tf_keras.names:
+            key = by_path.get(legacy_key(path, weights.tf_keras.names[name]))
         if key is not None:
             found[name] = key
     if not found or (remap and any(name in found for name in chosen)):
@@ -117,7 +117,7 @@ def with_legacy_names(keys, weights, view) -> dict:
     """``keys`` (model name -> checkpoint name), each weight the checkpoint lacks under that name read under
     its tf_keras name instead where the checkpoint holds that (:mod:`.legacy_names`)."""
     found = dict(keys)
-    for name, leaf in weights.legacy.items():
+    for name, leaf in weights.tf_keras.names.items():
         key = keys.get(name)
         if key is not None and key not in view.contents and legacy_key(key, leaf) in view.contents:
             found[name] = legacy_key(key, leaf)
@@ -129,7 +129,7 @@ def expected_spec(weights, view, name, key) -> tuple:
     own, or tf_keras's wider dtype for a weight Keras 3 keeps narrower, where the checkpoint holds that."""
     shape, dtype = weights.spec(name)
     found = view.contents.get(key)
-    if found is not None and weights.retyped.get(name) == found[1]:
+    if found is not None and weights.tf_keras.dtypes.get(name) == found[1]:
         dtype = found[1]
     return name, key, shape, dtype
 

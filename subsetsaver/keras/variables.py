@@ -34,7 +34,7 @@ from ..catalog import (
     value_bytes,
 )
 from .common import is_tf_module, require_built
-from .legacy_names import legacy_dtypes, legacy_names
+from .legacy_names import TfKerasDifferences, tf_keras_differences
 
 _DEVICE_SUFFIX = re.compile(r":\d+$")
 
@@ -43,16 +43,14 @@ _DEVICE_SUFFIX = re.compile(r":\d+$")
 class ModelWeights:
     """The weights of a model: ``variables`` (name -> variable, in the model's order),
     ``catalog`` (what selectors choose from), ``flat`` (name -> the name an optimizer
-    gives its slots of that variable, before ``_KIND``), ``label`` (for messages), ``legacy`` (name -> the
-    last part of its name in tf_keras, where that differs: :mod:`.legacy_names`), ``retyped`` (name -> the
-    wider dtype tf_keras keeps it in, read by value)."""
+    gives its slots of that variable, before ``_KIND``), ``label`` (for messages), ``tf_keras`` (the names
+    and dtypes tf_keras gives these weights where they differ: :mod:`.legacy_names`)."""
 
     label: str
     variables: dict
     catalog: Catalog
     flat: dict
-    legacy: dict = dataclasses.field(default_factory=dict)
-    retyped: dict = dataclasses.field(default_factory=dict)
+    tf_keras: TfKerasDifferences = dataclasses.field(default_factory=TfKerasDifferences)
 
     def spec(self, name) -> tuple:
         """(shape, dtype name) of weight ``name``."""
@@ -88,8 +86,7 @@ def model_weights(model) -> ModelWeights:
         variables = {weight.path: weight for weight in model.weights}
         catalog = read_keras(model).catalog
         flat = {name: name.replace("/", "_") for name in variables}
-        return ModelWeights(f"Keras model '{model.name}'", variables, catalog, flat, legacy_names(model),
-                            legacy_dtypes(model))
+        return ModelWeights(f"Keras model '{model.name}'", variables, catalog, flat, tf_keras_differences(model))
     variables, flat = {}, {}
     for variable in model.variables:
         name = _DEVICE_SUFFIX.sub("", variable.name)

@@ -44,12 +44,14 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class ConversionPlan:
-    """What a map does to one checkpoint: the steps in order, and the names dropped by role."""
+    """What a map does to one checkpoint: the steps in order, the names dropped by role, and the source names
+    no rule maps (``unmapped``), which the coverage check judges: always given, since an empty default would
+    pass that check unasked."""
 
     layout: object
     steps: tuple
     dropped: tuple
-    unmapped: tuple = ()
+    unmapped: tuple
 
     @property
     def specs(self) -> dict:
