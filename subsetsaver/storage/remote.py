@@ -405,8 +405,9 @@ class RemoteStorage(StorageBackend):
             import asyncio  # loaded with the first remote read, not by every command
 
             budget = limits.current().budget
-            return asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
+            fetch = remote_ranges.part_fetcher(filesystem) or filesystem._cat_file
+            fetched = fetch(path, start=start, end=end)
+            return asyncio.run_coroutine_threadsafe(asyncio.wait_for(fetched, budget), filesystem.loop)
         requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
         return requests.submit(filesystem.cat_file, path, start=start, end=end)
 

@@ -121,6 +121,28 @@ def _next_chunk(chunks, pump):
                 raise ConnectionError("the streamed read stopped before its end") from None
 
 
+def part_fetcher(filesystem):
+    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request, for a client
+    whose own ranged read costs more than its request; None for the others (fsspec's ``_cat_file`` serves).
+
+    gcsfs's ``cat_file`` asks for the bucket's type before each read, anew each time when it cannot learn
+    it (anonymous reads of public buckets, emulators): a blocking probe for credentials on the client's event
+    loop, per part. The request goes as :func:`stream_run`'s does, retried by gcsfs's own ``retry_request``."""
+    if body_reader(filesystem) is not _gcs_body:
+        return None
+    from gcsfs.retry import retry_request
+
+    @retry_request
+    async def fetch(path, start, end):
+        async with _gcs_body(filesystem, path, start, end) as read:
+            chunks = []
+            while data := await read(CHUNK_BYTES):
+                chunks.append(data)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    return fetch
+
+
 async def _pump(opener, filesystem, path, start, end, chunks, stop):
     try:
         async with opener(filesystem, path, start, end) as read:
