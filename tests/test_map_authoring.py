@@ -185,6 +185,19 @@ def test_every_transform_moves_values_along_the_axes_it_names(transforms, expect
     assert output_spec(steps, CUBE.shape, "float32") == (expected.shape, expected.dtype.name)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (16, 1024), (17, 1025), (40, 4096), (7, 4097), (0, 9), (9, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool"])
+def test_a_matrix_transposed_in_tiles_is_numpys_transpose(shape, dtype):
+    """Matrices up to 4,096 columns are copied tile by tile: edges that do not fill a tile, empty ones and
+    every element width come out as numpy's own transpose, C-ordered."""
+    matrix = (np.arange(np.prod(shape)).reshape(shape) % 251).astype(dtype)
+    result = apply_all(parse_transforms(["transpose"]), matrix[::1])
+    assert result.flags.c_contiguous and result.dtype == matrix.dtype and result.shape == shape[::-1]
+    assert result.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+    strided = apply_all(parse_transforms([{"transpose": [1, 0]}]), np.asfortranarray(matrix))
+    assert strided.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_split_and_concat_take_the_axis_they_name(tmp_path, axis):
     """A (3, 3, 3) tensor split in three along ``axis`` and joined again: any other axis gives other values."""
