@@ -421,8 +421,9 @@ class RemoteStorage(StorageBackend):
             self._check_replaced(path)
             self._check_reaches(path, end)
             raise
-        if len(data) != end - start:
-            self._ended_early(path, start + len(data), end)
+        size = sum(map(len, data)) if isinstance(data, list) else len(data)  # a part fetcher's chunks, or bytes
+        if size != end - start:
+            self._ended_early(path, start + size, end)
         return data
 
     def _ended_early(self, path, position, end):

@@ -122,7 +122,8 @@ def _next_chunk(chunks, pump):
 
 
 def part_fetcher(filesystem):
-    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request, for a client
+    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request (as the list of
+    chunks they arrived in, which :meth:`Block.fill` takes without joining them first), for a client
     whose own ranged read costs more than its request; None for the others (fsspec's ``_cat_file`` serves).
 
     gcsfs's ``cat_file`` asks for the bucket's type before each read, anew each time when it cannot learn
@@ -138,7 +139,7 @@ def part_fetcher(filesystem):
             chunks = []
             while data := await read(CHUNK_BYTES):
                 chunks.append(data)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return chunks
 
     return fetch
 
@@ -239,10 +240,14 @@ class Block:
         return [(start, min(start + PART_BYTES, self.end)) for start in range(self.start, self.end, PART_BYTES)]
 
     def fill(self, start, data):
+        """Copy ``data`` in from byte ``start`` of the object: bytes, or a list of chunks that follow each other."""
         if self.buffer is None:  # np.empty: pages become resident only as parts arrive
             self.buffer = np.empty(self.length, dtype=np.uint8)
-        self.buffer[start - self.start:start - self.start + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self.missing -= len(data)
+        for chunk in data if isinstance(data, list) else (data,):
+            at = start - self.start
+            self.buffer[at:at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+            start += len(chunk)
+            self.missing -= len(chunk)
 
     def views(self):
         whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")
