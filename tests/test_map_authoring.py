@@ -108,6 +108,16 @@ def test_an_unknown_rule_key_is_refused_rather_than_ignored(tmp_path):
                                 "split, to, transform); see \"Writing a map\" in docs/leaving_tensorflow.md")
 
 
+@pytest.mark.parametrize("key", ["from", "to"])
+@pytest.mark.parametrize("value", [None, 7, {"bert/embeddings/word_embeddings": 1}, [], [""], ["a", None]])
+def test_a_rule_naming_its_tensors_with_anything_but_names_is_refused(tmp_path, key, value):
+    """null, a number, an object (whose keys would pass for names) or a list with a non-name."""
+    path = save(tmp_path, bert_map(lambda data: data["rules"][0].update({key: value})))
+    with pytest.raises(ss.LayoutMapError) as error:
+        layouts.load_map(path)
+    assert str(error.value) == f"layout map '{path}', rule 1: \"from\" and \"to\" are names or lists of names"
+
+
 def test_deep_json_maps_and_configs_are_library_errors(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "deep.json").write_text(deep)
