@@ -108,6 +108,16 @@ def test_an_unknown_rule_key_is_refused_rather_than_ignored(tmp_path):
                                 "split, to, transform); see \"Writing a map\" in docs/leaving_tensorflow.md")
 
 
+@pytest.mark.parametrize("key", ["from", "to"])
+@pytest.mark.parametrize("value", [None, 7, {"bert/embeddings/word_embeddings": 1}, [], [""], ["a", None]])
+def test_a_rule_naming_its_tensors_with_anything_but_names_is_refused(tmp_path, key, value):
+    """null, a number, an object (whose keys would pass for names) or a list with a non-name."""
+    path = save(tmp_path, bert_map(lambda data: data["rules"][0].update({key: value})))
+    with pytest.raises(ss.LayoutMapError) as error:
+        layouts.load_map(path)
+    assert str(error.value) == f"layout map '{path}', rule 1: \"from\" and \"to\" are names or lists of names"
+
+
 def test_deep_json_maps_and_configs_are_library_errors(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "deep.json").write_text(deep)
@@ -183,6 +193,19 @@ def test_every_transform_moves_values_along_the_axes_it_names(transforms, expect
     assert result.dtype == expected.dtype and result.shape == expected.shape
     assert result.tobytes() == np.ascontiguousarray(expected).tobytes()
     assert output_spec(steps, CUBE.shape, "float32") == (expected.shape, expected.dtype.name)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (16, 1024), (17, 1025), (40, 4096), (7, 4097), (0, 9), (9, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool"])
+def test_a_matrix_transposed_in_tiles_is_numpys_transpose(shape, dtype):
+    """Matrices up to 4,096 columns are copied tile by tile: edges that do not fill a tile, empty ones and
+    every element width come out as numpy's own transpose, C-ordered."""
+    matrix = (np.arange(np.prod(shape)).reshape(shape) % 251).astype(dtype)
+    result = apply_all(parse_transforms(["transpose"]), matrix[::1])
+    assert result.flags.c_contiguous and result.dtype == matrix.dtype and result.shape == shape[::-1]
+    assert result.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+    strided = apply_all(parse_transforms([{"transpose": [1, 0]}]), np.asfortranarray(matrix))
+    assert strided.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])

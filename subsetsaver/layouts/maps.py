@@ -338,13 +338,17 @@ def _require_text_mapping(value, where):
         raise LayoutMapError(f"{where} maps names to names (strings)")
 
 
+def _names(value) -> tuple:
+    """A rule's ``"from"`` or ``"to"``: one name, or a list of them (anything else: empty, refused by the caller)."""
+    return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else ()
+
+
 def _parse_rule(number, item, where) -> Rule:
     where = f"{where}, rule {number}"
     _require_object(item, where, _RULE_KEYS)
     if "from" not in item or "to" not in item:
         raise LayoutMapError(f"{where} needs \"from\" and \"to\"")
-    sources = (item["from"],) if isinstance(item["from"], str) else tuple(item["from"])
-    targets = (item["to"],) if isinstance(item["to"], str) else tuple(item["to"])
+    sources, targets = _names(item["from"]), _names(item["to"])
     if not sources or not targets or not all(isinstance(text, str) and text for text in sources + targets):
         raise LayoutMapError(f"{where}: \"from\" and \"to\" are names or lists of names")
     try:

@@ -405,8 +405,9 @@ class RemoteStorage(StorageBackend):
             import asyncio  # loaded with the first remote read, not by every command
 
             budget = limits.current().budget
-            return asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(filesystem._cat_file(path, start=start, end=end), budget), filesystem.loop)
+            fetch = remote_ranges.part_fetcher(filesystem) or filesystem._cat_file
+            fetched = fetch(path, start=start, end=end)
+            return asyncio.run_coroutine_threadsafe(asyncio.wait_for(fetched, budget), filesystem.loop)
         requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
         return requests.submit(filesystem.cat_file, path, start=start, end=end)
 
@@ -420,8 +421,9 @@ class RemoteStorage(StorageBackend):
             self._check_replaced(path)
             self._check_reaches(path, end)
             raise
-        if len(data) != end - start:
-            self._ended_early(path, start + len(data), end)
+        size = sum(map(len, data)) if isinstance(data, list) else len(data)  # a part fetcher's chunks, or bytes
+        if size != end - start:
+            self._ended_early(path, start + size, end)
         return data
 
     def _ended_early(self, path, position, end):

@@ -121,6 +121,29 @@ def _next_chunk(chunks, pump):
                 raise ConnectionError("the streamed read stopped before its end") from None
 
 
+def part_fetcher(filesystem):
+    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request (as the list of
+    chunks they arrived in, which :meth:`Block.fill` takes without joining them first), for a client
+    whose own ranged read costs more than its request; None for the others (fsspec's ``_cat_file`` serves).
+
+    gcsfs's ``cat_file`` asks for the bucket's type before each read, anew each time when it cannot learn
+    it (anonymous reads of public buckets, emulators): a blocking probe for credentials on the client's event
+    loop, per part. The request goes as :func:`stream_run`'s does, retried by gcsfs's own ``retry_request``."""
+    if body_reader(filesystem) is not _gcs_body:
+        return None
+    from gcsfs.retry import retry_request
+
+    @retry_request
+    async def fetch(path, start, end):
+        async with _gcs_body(filesystem, path, start, end) as read:
+            chunks = []
+            while data := await read(CHUNK_BYTES):
+                chunks.append(data)
+        return chunks
+
+    return fetch
+
+
 async def _pump(opener, filesystem, path, start, end, chunks, stop):
     try:
         async with opener(filesystem, path, start, end) as read:
@@ -217,10 +240,14 @@ class Block:
         return [(start, min(start + PART_BYTES, self.end)) for start in range(self.start, self.end, PART_BYTES)]
 
     def fill(self, start, data):
+        """Copy ``data`` in from byte ``start`` of the object: bytes, or a list of chunks that follow each other."""
         if self.buffer is None:  # np.empty: pages become resident only as parts arrive
             self.buffer = np.empty(self.length, dtype=np.uint8)
-        self.buffer[start - self.start:start - self.start + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self.missing -= len(data)
+        for chunk in data if isinstance(data, list) else (data,):
+            at = start - self.start
+            self.buffer[at:at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+            start += len(chunk)
+            self.missing -= len(chunk)
 
     def views(self):
         whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")

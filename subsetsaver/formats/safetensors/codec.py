@@ -25,7 +25,6 @@ import re
 
 from ... import bounded_json, storage
 from ...errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
-from ..wire.crc32c import crc32c
 
 # safetensors dtype codes -> numpy dtype names (bfloat16 and float8 through ml_dtypes)
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
@@ -141,10 +140,10 @@ def read(path, names):
             del raw  # not kept while the next one is read
 
 
-def write(path, tensors, metadata=None, *, specs) -> dict:
+def write(path, tensors, metadata=None, *, specs) -> None:
     """Write ``tensors`` (an iterable of ``(name, array)``, in the order of ``specs``) to ``path``
     atomically, holding one at a time: ``specs`` (``(name, shape, dtype name)`` of each, known in
-    advance) make the header, which comes first. Returns ``{name: CRC32C of its bytes}``."""
+    advance) make the header, which comes first."""
     import numpy as np
 
     specs = [(name, tuple(int(d) for d in shape), str(dtype)) for name, shape, dtype in specs]
@@ -164,7 +163,7 @@ def write(path, tensors, metadata=None, *, specs) -> dict:
     text = json.dumps({"__metadata__": {str(k): str(v) for k, v in (metadata or {}).items()}, **fields},
                       separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the package writes it
-    checksums, order = {}, iter(specs)
+    order = iter(specs)
     with storage.replacing(path) as sink:
         sink.write(len(text).to_bytes(8, "little") + text)
         for name, array in tensors:
@@ -178,11 +177,9 @@ def write(path, tensors, metadata=None, *, specs) -> dict:
             if array.dtype.byteorder == ">":
                 raw = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"))).reshape(-1).view(np.uint8)
             sink.write(memoryview(raw))
-            checksums[name] = crc32c(raw)
             del array, raw
         if next(order, None) is not None:
             raise ValueError(f"'{path}': fewer tensors came than the header promised")
-    return checksums
 
 
 def _numpy_dtype(name):
