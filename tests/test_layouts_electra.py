@@ -232,6 +232,38 @@ def test_untied_generator_embeddings_are_the_generators_and_the_shared_ones_are_
     assert set(shared) <= set(report.dropped)
 
 
+def test_untied_generator_embeddings_go_back_under_the_generators_scope(saved, tmp_path):
+    """The "base" run's generator has its own embeddings (untied_generator_embeddings): --variant
+    generator-untied-embeddings writes them under generator/embeddings, where ELECTRA's code reads them, and
+    both models restore with the same outputs; the default generator variant writes the shared
+    electra/embeddings, as the discriminator's, which that run's generator never reads."""
+    source = saved("base")
+    hparams = source / "hparams.json"
+    ss.convert(source / CHECKPOINT, tmp_path / "hf-discriminator", map="electra-to-hf", config=hparams)
+    ss.convert(source / CHECKPOINT, tmp_path / "hf-generator", map="electra-to-hf", variant="generator",
+               config=hparams)
+    report = ss.convert(tmp_path / "hf-generator", tmp_path / "generator", map="hf-to-electra",
+                        variant="generator-untied-embeddings")
+    assert (report.variant, report.expected, report.dropped) == ("generator-untied-embeddings", 26, ())
+    ss.convert(tmp_path / "hf-discriminator", tmp_path / "discriminator", map="hf-to-electra")
+    with open(tmp_path / "generator" / "electra_config.json") as handle:
+        assert json.load(handle) == {"vocab_size": 99, "embedding_size": 32, "hidden_size": 32, "num_hidden_layers": 1,
+                                     "num_attention_heads": 1, "intermediate_size": 128, "hidden_act": "gelu",
+                                     "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                                     "max_position_embeddings": 16, "type_vocab_size": 3, "initializer_range": 0.02}
+    generator = str(tmp_path / "generator" / "model.ckpt")
+    with tf_bundle.BundleReader(source / CHECKPOINT) as before, tf_bundle.BundleReader(generator) as after:
+        assert sorted(after.names) == sorted(
+            name for name in before.names if name.startswith(("generator/", "generator_predictions/"))
+            and not name.endswith(("/adam_m", "/adam_v")))
+        for name in after.names:
+            assert before.read(name).tobytes() == after.read(name).tobytes(), name
+    _electra("run", "base", str(tmp_path / "outputs.npz"), generator, str(tmp_path / "discriminator" / "model.ckpt"))
+    expected, actual = np.load(source / "outputs.npz"), np.load(tmp_path / "outputs.npz")
+    for key in expected.files:
+        assert _max_difference(expected[key], actual[key]) <= BAR, key
+
+
 # Small checkpoints with ELECTRA's names, written without TensorFlow: variants, configs, coverage.
 
 def electra_checkpoint(directory, hidden=8, embedding=4, generator_hidden=4, layers=1, vocab=11, project=None,
@@ -407,7 +439,7 @@ def test_a_generator_directory_converted_back_as_the_discriminator_names_the_oth
         "generator_predictions.dense.weight, generator_predictions.dense.bias, generator_predictions.LayerNorm.weight "
         "and 2 more; convert a whole checkpoint of the family, or give the config that describes it with --config; "
         "drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; or convert it as the "
-        "generator (--variant generator)\n")
+        "generator or generator-untied-embeddings (--variant generator or --variant generator-untied-embeddings)\n")
     assert not os.path.exists(tmp_path / "out")
     report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
     with tf_bundle.BundleReader(checkpoint) as before, tf_bundle.BundleReader(tmp_path / "out" / "model.ckpt") as after:
@@ -416,3 +448,23 @@ def test_a_generator_directory_converted_back_as_the_discriminator_names_the_oth
         for name in after.names:
             assert before.read(name).tobytes() == after.read(name).tobytes(), name
     assert (report.variant, report.expected) == ("generator", 28)
+
+
+def test_a_generator_with_shared_embeddings_is_refused_as_one_with_its_own(tmp_path):
+    """Untied generator embeddings are as wide as the generator (ELECTRA builds them with its hidden_size), so a
+    generator with a projection has the shared ones: the untied variant refuses it and names the others."""
+    checkpoint = electra_checkpoint(tmp_path / "electra", hidden=8, embedding=4, generator_hidden=6)
+    ss.convert(checkpoint, tmp_path / "gen-hf", map="electra-to-hf", variant="generator")
+    assert refused(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra",
+                   variant="generator-untied-embeddings") == (
+        "this Hugging Face ELECTRA checkpoint, read as the generator-untied-embeddings, holds 2 tensors the map and "
+        "config do not describe: electra.embeddings_project.weight, electra.embeddings_project.bias; has 9 tensors of "
+        "the wrong shape: electra.embeddings.word_embeddings.weight gives generator/embeddings/word_embeddings [11, 4] "
+        "where the config implies [11, 6], electra.embeddings.position_embeddings.weight gives "
+        "generator/embeddings/position_embeddings [6, 4] where the config implies [6, 6], "
+        "electra.embeddings.token_type_embeddings.weight gives generator/embeddings/token_type_embeddings [2, 4] where "
+        "the config implies [2, 6] and 6 more; convert a whole checkpoint of the family, or give the config that "
+        "describes it with --config; drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; "
+        "or convert it as the discriminator or generator (--variant discriminator or --variant generator)")
+    report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
+    assert report.variant == "generator" and "electra/embeddings/word_embeddings" in {row[1] for row in report.rows}
