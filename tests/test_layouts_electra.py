@@ -468,3 +468,73 @@ def test_a_generator_with_shared_embeddings_is_refused_as_one_with_its_own(tmp_p
         "or convert it as the discriminator or generator (--variant discriminator or --variant generator)")
     report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
     assert report.variant == "generator" and "electra/embeddings/word_embeddings" in {row[1] for row in report.rows}
+
+
+def test_electrics_discriminator_converts_and_its_two_tower_generator_is_refused(saved, tmp_path, run_cli):
+    """An Electric run ("electric_objective": true) built by ELECTRA's code: its discriminator has ELECTRA's names
+    and shapes, and ElectraForPreTraining computes its head's own output (Electric adds the cloze model's log q
+    and log(mask_prob / (1 - mask_prob)) to score a token, which no Hugging Face class does); its generator,
+    two towers and a cloze head, is refused by its scopes before anything is written, from the shapes or hparams."""
+    transformers = _transformers()
+    source = saved("electric")
+    message = ("this ELECTRA checkpoint is an Electric run: Electric's generator is a two-tower cloze model "
+               "(generator_ltr, generator_rtl, cloze_predictions), which ElectraForMaskedLM does not compute; "
+               "convert its discriminator (--variant discriminator), which has ELECTRA's layout")
+    result = run_cli("convert", source / CHECKPOINT, tmp_path / "gen", "--map", "electra-to-hf", "--variant",
+                     "generator")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"subsetsaver: error: {message}\n")
+    expected = np.load(source / "outputs.npz")
+    for config in (None, source / "hparams.json"):
+        out = tmp_path / ("shapes" if config is None else "hparams")
+        report = ss.convert(source / CHECKPOINT, out, map="electra-to-hf", config=config)
+        assert (report.variant, report.expected) == ("discriminator", 43)
+        assert {name.split("/")[0] for name in report.dropped if not name.endswith(("/adam_m", "/adam_v"))} == {
+            "cloze_predictions", "generator_ltr", "generator_rtl", "global_step"}
+        with open(out / "config.json") as handle:
+            assert json.load(handle) == EXPECTED_CONFIGS["small", "discriminator"]
+        logits = _logits(transformers.ElectraForPreTraining, out)
+        assert _max_difference(expected["discriminator_logits"], logits) <= BAR
+        assert _max_difference(expected["electric_logits"], logits) > 1
+        assert refused(source / CHECKPOINT, tmp_path / "gen", map="electra-to-hf", variant="generator",
+                       config=config) == message
+
+
+def test_electric_hparams_refuse_the_generator_and_read_the_discriminator(tmp_path):
+    checkpoint = electra_checkpoint(tmp_path / "electra")
+    hparams = {"model_size": "small", "vocab_size": 11, "embedding_size": 4, "electra_objective": False,
+               "electric_objective": True,
+               "model_hparam_overrides": {"hidden_size": 8, "num_hidden_layers": 1, "max_position_embeddings": 6}}
+    with open(tmp_path / "hparams.json", "w") as handle:
+        json.dump(hparams, handle)
+    assert refused(checkpoint, tmp_path / "out", map="electra-to-hf", variant="generator",
+                   config=tmp_path / "hparams.json") == (
+        "the ELECTRA hparams say \"electric_objective\": true: Electric's generator is a two-tower cloze model "
+        "(generator_ltr, generator_rtl, cloze_predictions), which ElectraForMaskedLM does not compute; convert its "
+        "discriminator (--variant discriminator), which has ELECTRA's layout")
+    report = ss.convert(checkpoint, tmp_path / "out", map="electra-to-hf", config=tmp_path / "hparams.json")
+    assert (report.variant, report.config, report.expected) == ("discriminator", str(tmp_path / "hparams.json"), 27)
+
+
+def test_a_fine_tuned_checkpoint_is_refused_as_one_with_its_task_heads_named(tmp_path, run_cli):
+    """run_finetuning.py's checkpoint: the discriminator's transformer under electra/, a head per task under
+    task_specific/ (a classifier's dense, SQuAD's start and end logits), their adam_m/adam_v, no pre-training heads."""
+    pretrained = electra_checkpoint(tmp_path / "electra", generator=False)
+    with tf_bundle.BundleReader(pretrained) as reader:
+        arrays = {name: reader.read(name) for name in reader.names if name.startswith(("electra/", "global_step"))}
+    heads = {"task_specific/mnli/dense/kernel": (8, 3), "task_specific/mnli/dense/bias": (3,),
+             "task_specific/squad/start_logits/dense/kernel": (8, 1), "task_specific/squad/start_logits/dense/bias": (1,),
+             "task_specific/squad/end_logits/dense/kernel": (8, 1), "task_specific/squad/end_logits/dense/bias": (1,)}
+    for name, shape in heads.items():
+        for suffix in ("", "/adam_m", "/adam_v"):
+            arrays[name + suffix] = np.zeros(shape, np.float32)
+    os.makedirs(tmp_path / "finetuned")
+    checkpoint = str(tmp_path / "finetuned" / "model.ckpt")
+    tf_bundle.write(checkpoint, arrays)
+    message = ("this ELECTRA checkpoint is fine-tuned: it holds run_finetuning.py's task heads (task_specific/mnli, "
+               "task_specific/squad), which this map does not convert (it reads pre-training checkpoints); convert the "
+               "pre-training checkpoint the fine-tuning started from (run_finetuning.py's init_checkpoint)")
+    for variant in ("discriminator", "generator"):
+        assert refused(checkpoint, tmp_path / "out", map="electra-to-hf", variant=variant) == message
+    result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "electra-to-hf", "--dry-run")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"subsetsaver: error: {message}\n")
+    assert not os.path.exists(tmp_path / "out")
