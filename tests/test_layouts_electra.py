@@ -2,8 +2,9 @@
 generator) built by google-research/electra's own TF1 code (``tests/electra_original.py``, in a subprocess:
 graph mode and a shim for TensorFlow 2.21), one step of its AdamWeightDecayOptimizer, saved with a plain
 Saver; converted without TensorFlow; loaded by ``transformers`` (ElectraForPreTraining, ElectraForMaskedLM)
-and compared on the same input ids; converted back and restored by ELECTRA's code. Then the variants, the
-config's three sources and the coverage on small checkpoints written without TensorFlow.
+and compared on the same input ids; converted back and restored by ELECTRA's code; an Electric run's
+discriminator the same way. Then the variants, the config's three sources, the coverage and the refused runs
+(Electric's generator, fine-tuned checkpoints) on small checkpoints written without TensorFlow.
 """
 
 import importlib.util
