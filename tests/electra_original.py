@@ -24,7 +24,8 @@ its ``adam_m``/``adam_v`` and the step), gives every weight a random value, and 
 ``run`` builds the two models for inference from the same hparams with ELECTRA's own functions
 (``build_transformer``, ``get_generator_config``, ``PretrainingModel._get_masked_lm_output`` and
 ``_get_discriminator_output``, on every position), restores, and saves the discriminator's logits and the
-generator's masked-LM logits:
+generator's masked-LM logits (for Electric: its discriminator head's own output, and Electric's score of each
+token, which adds the cloze model's log-likelihood):
 
     python tests/electra_original.py save CASE OUT_DIR   # OUT_DIR/model.ckpt-1, hparams.json, outputs.npz
     python tests/electra_original.py run CASE OUT.npz CKPT [CKPT ...]   # each variable from the first CKPT that has it
@@ -52,6 +53,8 @@ SEGMENT_IDS = np.array([[0] * 5 + [1] * 5, [0] * 6 + [1] * 4], np.int32)
 # so both models have embeddings_project; the generator shares the discriminator's embeddings), "base" as
 # ELECTRA-Base (embedding_size = hidden_size, no projection) with untied generator embeddings and half the
 # layers. The head counts follow ELECTRA's rule (hidden_size // 64) but in "base", which overrides it.
+# "electric" is "small" trained with Electric's objective, as google-research/electra's README says to ask
+# for it: a two-tower cloze generator (generator_ltr, generator_rtl, cloze_predictions) beside the discriminator.
 CASES = {
     "small": {"model_size": "small", "vocab_size": 101, "embedding_size": 32, "generator_hidden_size": 0.5,
               "model_hparam_overrides": {"hidden_size": 128, "num_hidden_layers": 2, "max_position_embeddings": 24}},
@@ -59,6 +62,9 @@ CASES = {
              "generator_layers": 0.5, "untied_generator_embeddings": True,
              "model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                         "max_position_embeddings": 16, "type_vocab_size": 3}},
+    "electric": {"model_size": "small", "vocab_size": 101, "embedding_size": 32, "generator_hidden_size": 0.5,
+                 "electra_objective": False, "electric_objective": True,
+                 "model_hparam_overrides": {"hidden_size": 128, "num_hidden_layers": 2, "max_position_embeddings": 24}},
 }
 RUN = {"use_tpu": False, "max_seq_length": INPUT_IDS.shape[1], "train_batch_size": 2, "num_train_steps": 10,
        "num_warmup_steps": 1, "learning_rate": 1e-3}
@@ -113,7 +119,7 @@ def save(case, out_dir):
     """One step of ELECTRA's pre-training, then random weights (no value is its initializer's); a plain
     Saver's model.ckpt-1 with adam_m, adam_v and the step; the run's hparams.json; the outputs."""
     electra = install_shim()
-    rng = np.random.default_rng({"small": 21, "base": 22}[case])
+    rng = np.random.default_rng({"small": 21, "base": 22, "electric": 23}[case])
     with tf.Graph().as_default():
         v1.set_random_seed(0)
         config = _config(electra, case, out_dir)
@@ -146,6 +152,8 @@ def build(electra, config):
     features["masked_lm_ids"] = features["input_ids"]
     features["masked_lm_weights"] = tf.ones(INPUT_IDS.shape, tf.float32)
     inputs = electra.pretrain_data.features_to_inputs(features)
+    if config.electric_objective:
+        return _build_electric(electra, config, bert_config, generator_config, embedding_size, inputs)
     generator = electra.run_pretraining.build_transformer(
         config, inputs, False, generator_config,
         embedding_size=None if config.untied_generator_embeddings else embedding_size,
@@ -157,6 +165,22 @@ def build(electra, config):
                                                               embedding_size=embedding_size)
     probs = model._get_discriminator_output(inputs, discriminator, tf.zeros(INPUT_IDS.shape, tf.int32)).probs
     return {"discriminator_logits": probs.op.inputs[0], "generator_logits": masked_lm.logits}
+
+
+def _build_electric(electra, config, bert_config, generator_config, embedding_size, inputs):
+    """Electric's two-tower cloze generator and its discriminator, as PretrainingModel builds them; returns
+    {"discriminator_logits": the discriminator head's own output (dense_1, squeezed), "electric_logits": that
+    plus the cloze model's log q and log(mask_prob / (1 - mask_prob)), as Electric scores a token}."""
+    generator = electra.run_pretraining.TwoTowerClozeTransformer(config, generator_config, inputs, False,
+                                                                 embedding_size)
+    model = object.__new__(electra.run_pretraining.PretrainingModel)
+    model._config, model._bert_config = config, bert_config
+    cloze = model._get_cloze_outputs(inputs, generator)
+    discriminator = electra.run_pretraining.build_transformer(config, inputs, False, bert_config,
+                                                              embedding_size=embedding_size)
+    probs = model._get_discriminator_output(inputs, discriminator, tf.zeros(INPUT_IDS.shape, tf.int32), cloze).probs
+    head = tf.compat.v1.get_default_graph().get_tensor_by_name("discriminator_predictions/Squeeze:0")
+    return {"discriminator_logits": head, "electric_logits": probs.op.inputs[0]}
 
 
 def run(case, out, *checkpoints):

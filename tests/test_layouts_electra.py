@@ -2,8 +2,9 @@
 generator) built by google-research/electra's own TF1 code (``tests/electra_original.py``, in a subprocess:
 graph mode and a shim for TensorFlow 2.21), one step of its AdamWeightDecayOptimizer, saved with a plain
 Saver; converted without TensorFlow; loaded by ``transformers`` (ElectraForPreTraining, ElectraForMaskedLM)
-and compared on the same input ids; converted back and restored by ELECTRA's code. Then the variants, the
-config's three sources and the coverage on small checkpoints written without TensorFlow.
+and compared on the same input ids; converted back and restored by ELECTRA's code; an Electric run's
+discriminator the same way. Then the variants, the config's three sources, the coverage and the refused runs
+(Electric's generator, fine-tuned checkpoints) on small checkpoints written without TensorFlow.
 """
 
 import importlib.util
@@ -232,6 +233,38 @@ def test_untied_generator_embeddings_are_the_generators_and_the_shared_ones_are_
     assert set(shared) <= set(report.dropped)
 
 
+def test_untied_generator_embeddings_go_back_under_the_generators_scope(saved, tmp_path):
+    """The "base" run's generator has its own embeddings (untied_generator_embeddings): --variant
+    generator-untied-embeddings writes them under generator/embeddings, where ELECTRA's code reads them, and
+    both models restore with the same outputs; the default generator variant writes the shared
+    electra/embeddings, as the discriminator's, which that run's generator never reads."""
+    source = saved("base")
+    hparams = source / "hparams.json"
+    ss.convert(source / CHECKPOINT, tmp_path / "hf-discriminator", map="electra-to-hf", config=hparams)
+    ss.convert(source / CHECKPOINT, tmp_path / "hf-generator", map="electra-to-hf", variant="generator",
+               config=hparams)
+    report = ss.convert(tmp_path / "hf-generator", tmp_path / "generator", map="hf-to-electra",
+                        variant="generator-untied-embeddings")
+    assert (report.variant, report.expected, report.dropped) == ("generator-untied-embeddings", 26, ())
+    ss.convert(tmp_path / "hf-discriminator", tmp_path / "discriminator", map="hf-to-electra")
+    with open(tmp_path / "generator" / "electra_config.json") as handle:
+        assert json.load(handle) == {"vocab_size": 99, "embedding_size": 32, "hidden_size": 32, "num_hidden_layers": 1,
+                                     "num_attention_heads": 1, "intermediate_size": 128, "hidden_act": "gelu",
+                                     "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                                     "max_position_embeddings": 16, "type_vocab_size": 3, "initializer_range": 0.02}
+    generator = str(tmp_path / "generator" / "model.ckpt")
+    with tf_bundle.BundleReader(source / CHECKPOINT) as before, tf_bundle.BundleReader(generator) as after:
+        assert sorted(after.names) == sorted(
+            name for name in before.names if name.startswith(("generator/", "generator_predictions/"))
+            and not name.endswith(("/adam_m", "/adam_v")))
+        for name in after.names:
+            assert before.read(name).tobytes() == after.read(name).tobytes(), name
+    _electra("run", "base", str(tmp_path / "outputs.npz"), generator, str(tmp_path / "discriminator" / "model.ckpt"))
+    expected, actual = np.load(source / "outputs.npz"), np.load(tmp_path / "outputs.npz")
+    for key in expected.files:
+        assert _max_difference(expected[key], actual[key]) <= BAR, key
+
+
 # Small checkpoints with ELECTRA's names, written without TensorFlow: variants, configs, coverage.
 
 def electra_checkpoint(directory, hidden=8, embedding=4, generator_hidden=4, layers=1, vocab=11, project=None,
@@ -407,7 +440,7 @@ def test_a_generator_directory_converted_back_as_the_discriminator_names_the_oth
         "generator_predictions.dense.weight, generator_predictions.dense.bias, generator_predictions.LayerNorm.weight "
         "and 2 more; convert a whole checkpoint of the family, or give the config that describes it with --config; "
         "drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; or convert it as the "
-        "generator (--variant generator)\n")
+        "generator or generator-untied-embeddings (--variant generator or --variant generator-untied-embeddings)\n")
     assert not os.path.exists(tmp_path / "out")
     report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
     with tf_bundle.BundleReader(checkpoint) as before, tf_bundle.BundleReader(tmp_path / "out" / "model.ckpt") as after:
@@ -416,3 +449,93 @@ def test_a_generator_directory_converted_back_as_the_discriminator_names_the_oth
         for name in after.names:
             assert before.read(name).tobytes() == after.read(name).tobytes(), name
     assert (report.variant, report.expected) == ("generator", 28)
+
+
+def test_a_generator_with_shared_embeddings_is_refused_as_one_with_its_own(tmp_path):
+    """Untied generator embeddings are as wide as the generator (ELECTRA builds them with its hidden_size), so a
+    generator with a projection has the shared ones: the untied variant refuses it and names the others."""
+    checkpoint = electra_checkpoint(tmp_path / "electra", hidden=8, embedding=4, generator_hidden=6)
+    ss.convert(checkpoint, tmp_path / "gen-hf", map="electra-to-hf", variant="generator")
+    assert refused(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra",
+                   variant="generator-untied-embeddings") == (
+        "this Hugging Face ELECTRA checkpoint, read as the generator-untied-embeddings, holds 2 tensors the map and "
+        "config do not describe: electra.embeddings_project.weight, electra.embeddings_project.bias; has 9 tensors of "
+        "the wrong shape: electra.embeddings.word_embeddings.weight gives generator/embeddings/word_embeddings [11, 4] "
+        "where the config implies [11, 6], electra.embeddings.position_embeddings.weight gives "
+        "generator/embeddings/position_embeddings [6, 4] where the config implies [6, 6], "
+        "electra.embeddings.token_type_embeddings.weight gives generator/embeddings/token_type_embeddings [2, 4] where "
+        "the config implies [2, 6] and 6 more; convert a whole checkpoint of the family, or give the config that "
+        "describes it with --config; drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; "
+        "or convert it as the discriminator or generator (--variant discriminator or --variant generator)")
+    report = ss.convert(tmp_path / "gen-hf", tmp_path / "out", map="hf-to-electra", variant="generator")
+    assert report.variant == "generator" and "electra/embeddings/word_embeddings" in {row[1] for row in report.rows}
+
+
+def test_electrics_discriminator_converts_and_its_two_tower_generator_is_refused(saved, tmp_path, run_cli):
+    """An Electric run ("electric_objective": true) built by ELECTRA's code: its discriminator has ELECTRA's names
+    and shapes, and ElectraForPreTraining computes its head's own output (Electric adds the cloze model's log q
+    and log(mask_prob / (1 - mask_prob)) to score a token, which no Hugging Face class does); its generator,
+    two towers and a cloze head, is refused by its scopes before anything is written, from the shapes or hparams."""
+    transformers = _transformers()
+    source = saved("electric")
+    message = ("this ELECTRA checkpoint is an Electric run: Electric's generator is a two-tower cloze model "
+               "(generator_ltr, generator_rtl, cloze_predictions), which ElectraForMaskedLM does not compute; "
+               "convert its discriminator (--variant discriminator), which has ELECTRA's layout")
+    result = run_cli("convert", source / CHECKPOINT, tmp_path / "gen", "--map", "electra-to-hf", "--variant",
+                     "generator")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"subsetsaver: error: {message}\n")
+    expected = np.load(source / "outputs.npz")
+    for config in (None, source / "hparams.json"):
+        out = tmp_path / ("shapes" if config is None else "hparams")
+        report = ss.convert(source / CHECKPOINT, out, map="electra-to-hf", config=config)
+        assert (report.variant, report.expected) == ("discriminator", 43)
+        assert {name.split("/")[0] for name in report.dropped if not name.endswith(("/adam_m", "/adam_v"))} == {
+            "cloze_predictions", "generator_ltr", "generator_rtl", "global_step"}
+        with open(out / "config.json") as handle:
+            assert json.load(handle) == EXPECTED_CONFIGS["small", "discriminator"]
+        logits = _logits(transformers.ElectraForPreTraining, out)
+        assert _max_difference(expected["discriminator_logits"], logits) <= BAR
+        assert _max_difference(expected["electric_logits"], logits) > 1
+        assert refused(source / CHECKPOINT, tmp_path / "gen", map="electra-to-hf", variant="generator",
+                       config=config) == message
+
+
+def test_electric_hparams_refuse_the_generator_and_read_the_discriminator(tmp_path):
+    checkpoint = electra_checkpoint(tmp_path / "electra")
+    hparams = {"model_size": "small", "vocab_size": 11, "embedding_size": 4, "electra_objective": False,
+               "electric_objective": True,
+               "model_hparam_overrides": {"hidden_size": 8, "num_hidden_layers": 1, "max_position_embeddings": 6}}
+    with open(tmp_path / "hparams.json", "w") as handle:
+        json.dump(hparams, handle)
+    assert refused(checkpoint, tmp_path / "out", map="electra-to-hf", variant="generator",
+                   config=tmp_path / "hparams.json") == (
+        "the ELECTRA hparams say \"electric_objective\": true: Electric's generator is a two-tower cloze model "
+        "(generator_ltr, generator_rtl, cloze_predictions), which ElectraForMaskedLM does not compute; convert its "
+        "discriminator (--variant discriminator), which has ELECTRA's layout")
+    report = ss.convert(checkpoint, tmp_path / "out", map="electra-to-hf", config=tmp_path / "hparams.json")
+    assert (report.variant, report.config, report.expected) == ("discriminator", str(tmp_path / "hparams.json"), 27)
+
+
+def test_a_fine_tuned_checkpoint_is_refused_as_one_with_its_task_heads_named(tmp_path, run_cli):
+    """run_finetuning.py's checkpoint: the discriminator's transformer under electra/, a head per task under
+    task_specific/ (a classifier's dense, SQuAD's start and end logits), their adam_m/adam_v, no pre-training heads."""
+    pretrained = electra_checkpoint(tmp_path / "electra", generator=False)
+    with tf_bundle.BundleReader(pretrained) as reader:
+        arrays = {name: reader.read(name) for name in reader.names if name.startswith(("electra/", "global_step"))}
+    heads = {"task_specific/mnli/dense/kernel": (8, 3), "task_specific/mnli/dense/bias": (3,),
+             "task_specific/squad/start_logits/dense/kernel": (8, 1), "task_specific/squad/start_logits/dense/bias": (1,),
+             "task_specific/squad/end_logits/dense/kernel": (8, 1), "task_specific/squad/end_logits/dense/bias": (1,)}
+    for name, shape in heads.items():
+        for suffix in ("", "/adam_m", "/adam_v"):
+            arrays[name + suffix] = np.zeros(shape, np.float32)
+    os.makedirs(tmp_path / "finetuned")
+    checkpoint = str(tmp_path / "finetuned" / "model.ckpt")
+    tf_bundle.write(checkpoint, arrays)
+    message = ("this ELECTRA checkpoint is fine-tuned: it holds run_finetuning.py's task heads (task_specific/mnli, "
+               "task_specific/squad), which this map does not convert (it reads pre-training checkpoints); convert the "
+               "pre-training checkpoint the fine-tuning started from (run_finetuning.py's init_checkpoint)")
+    for variant in ("discriminator", "generator"):
+        assert refused(checkpoint, tmp_path / "out", map="electra-to-hf", variant=variant) == message
+    result = run_cli("convert", checkpoint, tmp_path / "out", "--map", "electra-to-hf", "--dry-run")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"subsetsaver: error: {message}\n")
+    assert not os.path.exists(tmp_path / "out")

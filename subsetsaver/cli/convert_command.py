@@ -45,7 +45,8 @@ from .output import echo_json
                    "config.json).")
 @click.option("--variant", "variant", metavar="NAME",
               help="With --map: which model of a checkpoint that holds several (electra-to-hf, hf-to-electra: "
-                   "discriminator, the default, or generator).")
+                   "discriminator, the default, or generator; hf-to-electra also generator-untied-embeddings, "
+                   "for a generator trained with its own embeddings).")
 @click.option("--max-shard-size", "max_shard_size", metavar="SIZE",
               help="With --map to Hugging Face's layout: shard the weights past SIZE (1GB, 500MB, 2GiB) as "
                    "save_pretrained does, with model.safetensors.index.json (default: 50GB, as save_pretrained).")

@@ -30,7 +30,7 @@ from ..formats import safetensors
 from ..selectors import parse
 from .configs import config_bytes, find_config, map_config, nested, read_config
 from .coverage import check_coverage, check_family
-from .electra_config import read_electra_config
+from .electra_config import check_electra_run, read_electra_config
 from .engine import plan_conversion
 from .maps import load_map
 from .members import pick_member
@@ -105,6 +105,8 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
     source = _source_path(layout, checkpoint)
     catalog = catalog_module.file_catalog(source)
     specs = {name: (tuple(catalog.entry(name).shape), catalog.entry(name).dtype) for name in catalog.ordered_names}
+    if layout.source.get("config_reader") == "electra":
+        check_electra_run(specs, layout.variant)
     dropped = parse(layout.drop).names(catalog, allow_empty=True) if layout.drop else []
     shadows = [name for name in catalog.ordered_names if name in catalog.role("average") and name not in dropped]
     read_names = [entry["tensor"] for entry in layout.config_from_tensors.values()]

@@ -14,6 +14,12 @@ generator (``hidden_size``, ``embedding_size``, ``num_attention_heads``, ...) fr
 - nothing: the sizes read off the checkpoint's tensors, and ``num_attention_heads`` by ELECTRA's rule
   (``max(1, hidden_size // 64)``), the one number the shapes do not determine.
 
+:func:`check_electra_run` refuses two kinds of run of the same code first, by their scopes: a fine-tuned checkpoint
+(``run_finetuning.py``: ``electra/...`` and its task heads under ``task_specific/``, no pre-training heads),
+and the generator of an Electric run (``electric_objective``: a two-tower cloze model, ``generator_ltr/``,
+``generator_rtl/`` and ``cloze_predictions/``, which no ``ElectraForMaskedLM`` computes). Electric's
+discriminator has ELECTRA's names and shapes and converts.
+
 Example::
 
     >>> read_electra_config(None, {"electra/embeddings/word_embeddings": ((100, 32), "float32"), ...},
@@ -36,6 +42,11 @@ BERT_DEFAULTS = {"hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_pr
 DERIVED = "the checkpoint's shapes (num_attention_heads = max(1, hidden_size // 64), ELECTRA's default)"
 _LAYER = re.compile(r"^(?:[^/]+)/encoder/layer_(\d+)/")
 _FIX = "give the run's --hparams JSON or the model's config.json with --config"
+ELECTRIC_SCOPES = ("generator_ltr", "generator_rtl", "cloze_predictions")
+"""Electric's generator (run_pretraining.TwoTowerClozeTransformer and _get_cloze_outputs)."""
+_ELECTRIC = ("Electric's generator is a two-tower cloze model (generator_ltr, generator_rtl, cloze_predictions), "
+             "which ElectraForMaskedLM does not compute")
+_ELECTRIC_FIX = "convert its discriminator (--variant discriminator), which has ELECTRA's layout"
 
 
 def read_electra_config(data, specs, variant) -> tuple:
@@ -54,8 +65,15 @@ def _from_hparams(hparams, variant) -> dict:
     if size not in SIZES:
         raise LayoutMapError(f"the ELECTRA hparams say \"model_size\": {str(size)[:40]!r}, which ELECTRA's code "
                              "does not know", fix="use small, base or large, as run_pretraining.py does")
-    for key, expected in (("electra_objective", True), ("electric_objective", False), ("uniform_generator", False),
-                          ("two_tower_generator", False), ("untied_generator", True)):
+    if hparams.get("electric_objective", False):  # truthy, as run_pretraining.py tests it
+        if variant == "generator":
+            raise LayoutMapError(f"the ELECTRA hparams say \"electric_objective\": "
+                                 f"{str(hparams['electric_objective']).lower()[:40]}: {_ELECTRIC}", fix=_ELECTRIC_FIX)
+        required = (("uniform_generator", False), ("untied_generator", True))
+    else:
+        required = (("electra_objective", True), ("electric_objective", False), ("uniform_generator", False),
+                    ("two_tower_generator", False), ("untied_generator", True))
+    for key, expected in required:
         if hparams.get(key, expected) != expected:
             raise LayoutMapError(f"the ELECTRA hparams say \"{key}\": {str(hparams[key]).lower()}: this run has no "
                                  "separate discriminator and generator transformers",
@@ -85,6 +103,20 @@ def _from_hparams(hparams, variant) -> dict:
     if hparams.get("untied_generator_embeddings", False):
         generator["embedding_size"] = generator["hidden_size"]
     return generator
+
+
+def check_electra_run(specs, variant):
+    """Refuse a fine-tuned checkpoint, and an Electric run's generator, by the scopes they hold (``specs``:
+    checkpoint name -> (shape, dtype)), before the tensors are matched to the map's rules."""
+    heads = sorted({"/".join(name.split("/")[:2]) for name in specs if name.startswith("task_specific/")})
+    if heads:
+        shown = ", ".join(heads[:3]) + (f" and {len(heads) - 3} more" if len(heads) > 3 else "")
+        raise LayoutMapError(f"this ELECTRA checkpoint is fine-tuned: it holds run_finetuning.py's task heads "
+                             f"({shown}), which this map does not convert (it reads pre-training "
+                             "checkpoints)", fix="convert the pre-training checkpoint the fine-tuning started from "
+                             "(run_finetuning.py's init_checkpoint)")
+    if variant == "generator" and any(name.split("/")[0] in ELECTRIC_SCOPES for name in specs):
+        raise LayoutMapError(f"this ELECTRA checkpoint is an Electric run: {_ELECTRIC}", fix=_ELECTRIC_FIX)
 
 
 def _from_shapes(specs, variant) -> dict:
