@@ -235,6 +235,8 @@ def _status(field):
 
 
 def bench_memory(report, directory):
+    directory = os.path.join(directory, "memory")  # its own: this process holds its directory for its saves
+    os.makedirs(directory)
     results = {}
     for mode in ("npz", "tf"):
         done = subprocess.run([sys.executable, os.path.abspath(__file__), MEMORY_CHILD, mode, directory],
