@@ -377,6 +377,7 @@ class RemoteStorage(StorageBackend):
 
     def _in_parts(self, path, blocks):
         filesystem = self.filesystem
+        fetch = self._fetcher(filesystem)
         parts = collections.deque((block, start, end) for block in blocks for start, end in block.parts())
         pending = collections.deque()  # (block, start, end, future), in the order of `parts`
         in_flight = 0
@@ -388,7 +389,7 @@ class RemoteStorage(StorageBackend):
                 while block.missing:
                     while parts and len(pending) < MAX_REQUESTS and (not pending or in_flight < IN_FLIGHT_BYTES):
                         part_block, start, end = parts.popleft()
-                        pending.append((part_block, start, end, self._fetch(filesystem, path, start, end)))
+                        pending.append((part_block, start, end, fetch(path, start, end)))
                         in_flight += end - start
                     part_block, start, end, future = pending.popleft()
                     in_flight -= end - start
@@ -400,16 +401,19 @@ class RemoteStorage(StorageBackend):
             for *_, future in pending:
                 future.cancel()
 
-    def _fetch(self, filesystem, path, start, end):
+    @staticmethod
+    def _fetcher(filesystem):
+        """``fetch(path, start, end)``: a future of those bytes (or of :func:`~.remote_ranges.part_fetcher`'s
+        chunks), sent on the client's event loop within the retry budget, or on a thread of ours."""
         if getattr(filesystem, "async_impl", False) and getattr(filesystem, "loop", None) is not None:
             import asyncio  # loaded with the first remote read, not by every command
 
             budget = limits.current().budget
-            fetch = remote_ranges.part_fetcher(filesystem) or filesystem._cat_file
-            fetched = fetch(path, start=start, end=end)
-            return asyncio.run_coroutine_threadsafe(asyncio.wait_for(fetched, budget), filesystem.loop)
+            fetched = remote_ranges.part_fetcher(filesystem) or filesystem._cat_file
+            return lambda path, start, end: asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(fetched(path, start=start, end=end), budget), filesystem.loop)
         requests = workers.shared_pool("subsetsaver-requests", MAX_REQUESTS)  # file systems without an event loop
-        return requests.submit(filesystem.cat_file, path, start=start, end=end)
+        return lambda path, start, end: requests.submit(filesystem.cat_file, path, start=start, end=end)
 
     def _result(self, path, future, start, end):
         try:
