@@ -5,8 +5,11 @@ The checkpoint is a T5 v1.1 at about T5-small's widths (d_model 512, 6 + 6 layer
 trained one Adafactor step and saved by Mesh TensorFlow's own code (``tests/mesh_t5.py save v1.1-bench``), with
 Adafactor's state unfactored: half of its bytes are state that the conversion never fetches. Each side is a
 whole child process, connected to the server before its clock starts; sides alternate, the line is the median
-of ``RUNS``. The line gives the conversion's throughput (the bytes it fetched per second) over the get's
-(every byte of the objects per second), and the two wall times.
+of ``RUNS``. The line gives the conversion's throughput (the bytes it fetched per second of the whole command)
+over the get's (every byte of the objects per second), and the two wall times. A second line gives the same
+ratio over the transfer alone: the bytes the relay passed per second from the server's first byte to its last,
+as the relay saw them; the conversion's start-up before its first request and its read-back after its last
+byte (every tensor checked against what was written) fall outside it.
 
 Run: ``python bench/bench_remote_layouts.py``.
 """
@@ -49,25 +52,36 @@ def main():
         remote = place.url("model.ckpt-1")
         urls = [place.url(name) for name in sorted(os.listdir(local))]
         connected = dict(server.environ, BENCH_CONNECT="gs", BENCH_BUCKET=f"gs://{object_servers.BUCKET}")
-        ours, theirs, fetched = [], [], []
+        ours, theirs, fetched, rates = [], [], [], []
         for _ in range(RUNS):
             out = os.path.join(work, "hf")
             server.relay.reset()
             ours.append(command(["convert", remote, out, "--map", "t5-to-hf", "--force"], connected)["seconds"])
             fetched.append(server.relay.received)
+            mine_rate = _transfer_rate(server.relay)
             shutil.rmtree(out)
             target = tempfile.mkdtemp(dir=work)
+            server.relay.reset()
             theirs.append(float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1]))
+            rates.append(mine_rate / _transfer_rate(server.relay))
             shutil.rmtree(target)
         mine, get, moved = statistics.median(ours), statistics.median(theirs), statistics.median(fetched)
         print(f"gs: convert --map t5-to-hf of a {total / 1e6:.0f} MB Mesh TensorFlow T5 (half Adafactor state): "
               f"fetched {moved / 1e6:.0f} MB in {mine:.2f} s (runs {', '.join(f'{s:.2f}' for s in ours)}); "
               f"fsspec get of the {len(urls)} objects {get:.2f} s (runs {', '.join(f'{s:.2f}' for s in theirs)}): "
               f"throughput {(moved / mine) / (total / get):.2f}x the get's, wall time {mine / get:.2f}x")
+        print(f"gs: the same, bytes per second of the transfer alone (the server's first byte to its last, at the "
+              f"relay): {statistics.median(rates):.2f}x the get's (runs {', '.join(f'{r:.2f}' for r in rates)})")
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _transfer_rate(relay) -> float:
+    """Bytes per second the relay passed from the server, its first byte since the reset to its last."""
+    first, last = relay.flowing
+    return relay.received / (last - first)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ def free_port() -> int:
 
 
 class CountingRelay:
-    """A TCP relay on 127.0.0.1 to ``target_port`` that counts the bytes each way (``received``: server to client)."""
+    """A TCP relay on 127.0.0.1 to ``target_port`` that counts the bytes each way (``received``: server to client),
+    and notes when the server's first and last bytes since :meth:`reset` passed (``flowing``: two
+    ``time.perf_counter()`` readings, or None)."""
 
     def __init__(self, target_port):
         self.target_port = target_port
@@ -49,6 +51,7 @@ class CountingRelay:
         self.received = 0
         self.sent = 0
         self.requests = 0
+        self.flowing = None
         self._lock = threading.Lock()
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -56,6 +59,7 @@ class CountingRelay:
     def reset(self):
         with self._lock:
             self.received = self.sent = self.requests = 0
+            self.flowing = None
 
     def close(self):
         self._closed = True
@@ -92,6 +96,8 @@ class CountingRelay:
                         self.requests += data.count(b" HTTP/1.1\r\n")
                     else:
                         self.received += len(data)
+                        now = time.perf_counter()
+                        self.flowing = (self.flowing[0] if self.flowing else now, now)
                 target.sendall(data)
         except OSError:
             pass
