@@ -18,16 +18,14 @@ so the graph process names it where TensorFlow looks.
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from cli_children import CHILD_PATH, run_script
 
 from subsetsaver.keras.pairings import INCEPTION_V3_CONVOLUTIONS
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = 139  # tf-slim's inception_v3 reduces its last pool's kernel for inputs this small; Keras pools globally
 
 TF1_SCRIPT = textwrap.dedent("""
@@ -92,12 +90,12 @@ TF1_SCRIPT = textwrap.dedent("""
 # imports hold (the peak reset after them, since loading torch's libraries passes higher for a moment); then timm's inception_v3 with the same raw weights, as it is and with its average pools
 # leaving the padding out.
 CONVERT_SCRIPT = textwrap.dedent("""
-    import contextlib, io, json, resource, sys
+    import json, resource, sys
     import numpy as np
     import keras, torch, h5py
     import torch.nn.functional as F
-    from subsetsaver.cli import main
-    import subsetsaver.keras.weights_h5, subsetsaver.keras.pairings
+    from cli_children import run_commands
+    import subsetsaver.cli, subsetsaver.keras.weights_h5, subsetsaver.keras.pairings
 
     def resident():
         with open("/proc/self/statm") as statm:
@@ -110,16 +108,7 @@ CONVERT_SCRIPT = textwrap.dedent("""
     with open("/proc/self/clear_refs", "w") as refs:  # the peak so far (the imports' passing high) reset to now
         refs.write("5")
     imports = resident()
-    results = []
-    for args in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(args)
-            except SystemExit as stop:
-                code = stop.code
-        results.append({"code": code, "out": out.getvalue(), "err": err.getvalue(),
-                        "peak": peak()})
+    results = run_commands(json.loads(sys.argv[1]), measure=lambda: {"peak": peak()})
     tensorflow = "tensorflow" in sys.modules
 
     import timm
@@ -184,15 +173,6 @@ COMMANDS = {
 }
 
 
-def run(script, argument, env, cwd):
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}
-    done = subprocess.run([sys.executable, "-c", script, *argument], env=environment, capture_output=True, text=True,
-                          timeout=1800, cwd=cwd)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
-
-
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     for module in ("torch", "timm", "tf_slim"):
@@ -200,11 +180,11 @@ def converted(tmp_path_factory):
             pytest.skip(f"{module} is not installed (CI installs it): tf-slim builds the original network, Keras 3's "
                         "torch backend reads the files, timm is measured")
     root = tmp_path_factory.mktemp("inception_v3")
-    graph = run(TF1_SCRIPT, [str(root), str(SIZE)], {}, root)
-    conversions = run(CONVERT_SCRIPT, [json.dumps(list(COMMANDS.values()))],
-                      {"KERAS_BACKEND": "torch", "PYTHONPATH": PACKAGE_ROOT}, root)
-    loaded = run(LOAD_SCRIPT, [json.dumps([str(root / "averages.weights.h5"), str(root / "raw.weights.h5")])],
-                 {"KERAS_BACKEND": "torch", "PYTHONPATH": ""}, root)
+    graph = run_script(TF1_SCRIPT, [str(root), str(SIZE)], {}, root)
+    conversions = run_script(CONVERT_SCRIPT, [json.dumps(list(COMMANDS.values()))],
+                             {"KERAS_BACKEND": "torch", "PYTHONPATH": CHILD_PATH}, root)
+    loaded = run_script(LOAD_SCRIPT, [json.dumps([str(root / "averages.weights.h5"), str(root / "raw.weights.h5")])],
+                        {"KERAS_BACKEND": "torch", "PYTHONPATH": ""}, root)
     expected = dict(np.load(root / "expected.npz"))
     got = {kind: np.load(root / f"{kind}.weights.h5.npy") for kind in ("averages", "raw")}
     results = dict(zip(COMMANDS, conversions["results"]))

@@ -19,12 +19,11 @@ to break that when handled the wrong way. Each side runs once for all models (a 
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from cli_children import CHILD_PATH, run_script
 
 import subsetsaver as ss
 from subsetsaver.errors import LayoutMapError
@@ -34,7 +33,6 @@ from subsetsaver.layouts.coverage import check_coverage
 from subsetsaver.layouts.members import pick_member
 from subsetsaver.layouts.readings import IMAGENET_STDDEV_RGB, read_value
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EFFICIENTNET = "keras-efficientnet-to-timm"
 MOBILENET = "keras-mobilenetv3-large-to-timm"
 
@@ -163,17 +161,9 @@ TIMM_SCRIPT = textwrap.dedent("""
 """)
 
 CONVERT_SCRIPT = textwrap.dedent("""
-    import contextlib, io, json, sys
-    from subsetsaver.cli import main
-    results = []
-    for args in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(args)
-            except SystemExit as stop:
-                code = stop.code
-        results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+    import json, sys
+    from cli_children import run_commands
+    results = run_commands(json.loads(sys.argv[1]))
     print("RESULT " + json.dumps({"results": results, "tensorflow": "tensorflow" in sys.modules}))
 """)
 
@@ -201,12 +191,7 @@ JOBS = {
 
 
 def run(script, argument, env, cwd):
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(argument)], env=environment,
-                          capture_output=True, text=True, timeout=1800, cwd=cwd)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_script(script, [json.dumps(argument)], env, cwd)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +221,7 @@ def converted(built):
     (root / "labels.txt").write_text("".join(f"class {number}\n" for number in range(10)))
     commands = [["convert", f"{name}/model-1", f"{name}/out", "--map", layout] + (
         ["--labels", "labels.txt"] if name == "b0" else []) for name, (_, _, _, layout) in MODELS.items()]
-    conversions = run(CONVERT_SCRIPT, commands, {"PYTHONPATH": PACKAGE_ROOT}, root)
+    conversions = run(CONVERT_SCRIPT, commands, {"PYTHONPATH": CHILD_PATH}, root)
     assert conversions["tensorflow"] is False
     assert [result["code"] for result in conversions["results"]] == [0] * len(MODELS), conversions
     jobs = [[str(root / name / "out"), str(root / name / "expected.npz"),

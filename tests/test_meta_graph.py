@@ -19,6 +19,7 @@ import graphs
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_children import CHILD_PATH
 from tensorflow.core.framework import variable_pb2
 
 import subsetsaver as ss
@@ -221,18 +222,10 @@ def test_a_file_that_is_not_a_meta_graph_is_refused_with_its_cause(tmp_path):
 
 
 COMMANDS = textwrap.dedent("""
-    import contextlib, io, json, sys, warnings
+    import json, sys
     sys.modules["tensorflow"] = None
-    from subsetsaver.cli import main
-    results = []
-    for args in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(args)
-            except SystemExit as stop:
-                code = stop.code
-        results.append({"args": args, "code": code, "out": out.getvalue(), "err": err.getvalue()})
+    from cli_children import run_commands
+    results = run_commands(json.loads(sys.argv[1]))
     print(json.dumps({"results": results, "tensorflow_loaded": sys.modules.get("tensorflow") is not None}))
 """)
 
@@ -256,7 +249,7 @@ def test_graph_commands_on_a_meta_file_run_without_tensorflow(tmp_path):
         ["draw", "--graph", meta, "--save", chosen, "--tree", "-o", str(tmp_path / "plan.dot")],
     ]
     child = subprocess.run([sys.executable, "-c", COMMANDS, json.dumps(commands)], capture_output=True, text=True,
-                           timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
+                           timeout=600, env={**os.environ, "PYTHONPATH": CHILD_PATH})
     assert child.returncode == 0, child.stderr
     report = json.loads(child.stdout)
     assert report["tensorflow_loaded"] is False

@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from cli_children import CHILD_PATH
 from object_servers import Place, object_server
 from test_layout_maps import bert_checkpoint
 
@@ -30,19 +31,11 @@ OBJECT_CHECKPOINT = os.path.join(WRITTEN_BY_TENSORFLOW, "object", "ckpt-1")
 INSTALL_TF = "pip install 'subsetsaver[tf]'"
 
 CHILD = textwrap.dedent("""
-    import contextlib, io, json, sys
+    import json, sys
     if sys.argv[2] == "block":
         sys.modules["tensorflow"] = None  # every import of tensorflow fails, as where it is not installed
-    from subsetsaver.cli import main
-    results = []
-    for args in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(args)
-            except SystemExit as stop:
-                code = stop.code
-        results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+    from cli_children import run_commands
+    results = run_commands(json.loads(sys.argv[1]))
     print(json.dumps({"results": results, "tensorflow_imported": sys.modules.get("tensorflow") is not None}))
 """)
 
@@ -53,8 +46,7 @@ def run_commands(*commands, block=False):
     every import of TensorFlow fails in the child, as where it is not installed."""
     argv = [[str(arg) for arg in command] for command in commands]
     child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv), "block" if block else "allow"],
-                           capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": CHILD_PATH})
     assert child.returncode == 0, child.stderr[-3000:]
     report = json.loads(child.stdout)
     assert report["tensorflow_imported"] is False
