@@ -38,7 +38,7 @@ from ....errors import CheckpointMismatchError, CheckpointNotFoundError, Unsuppo
 from ...memory import reused_bytes
 from ...wire.crc32c import RunningCrc, crc32c, unmasked
 from . import dtypes as dtype_table
-from .index import check_data_files, data_path, index_path, parse_index
+from .index import BundleIndex, check_data_files, data_path, index_path, parse_index
 from .problems import TAMPERED, corrupt
 from .table import read_table
 
@@ -52,6 +52,16 @@ def _size_or_none(path):
         return storage.size(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_index(prefix, data) -> BundleIndex:
+    """The checked index of ``prefix`` whose ``.index`` holds ``data``. One command opens a checkpoint
+    several times (its format told, its contents listed, its tensors read): the same bytes are parsed once."""
+    def fail(problem, cause=TAMPERED):
+        return corrupt(prefix, f"'{index_path(prefix)}'", problem, cause=cause)
+
+    return parse_index(prefix, read_table(data, fail))
 
 
 _one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
@@ -117,10 +127,7 @@ class BundleReader:
         except (FileNotFoundError, NotADirectoryError):
             raise CheckpointNotFoundError(f"no checkpoint at '{self.prefix}' (expected '{path}')") from None
 
-        def fail(problem, cause=TAMPERED):
-            return corrupt(self.prefix, f"'{path}'", problem, cause=cause)
-
-        self._index = parse_index(self.prefix, read_table(data, fail))
+        self._index = _parsed_index(self.prefix, data)
         self.num_shards = self._index.num_shards
         self.version = self._index.version
         sizes = {shard: _size_or_none(self._data_path(shard)) for shard in {s.shard for s in self._index.stored()}}
