@@ -57,6 +57,13 @@ def test_a_written_object_reads_back_exactly(object_store):
     assert storage.can_rename is False
 
 
+def test_an_empty_object_reads_as_no_bytes_whole_or_from_its_start(object_store):
+    storage = storage_for(object_store)
+    url = object_store.url("checkpoint")
+    write(storage, url, b"")
+    assert (storage.size(url), storage.read_bytes(url), storage.read_bytes(url, 4096)) == (0, b"", b"")
+
+
 def test_ranges_come_back_in_the_order_given(object_store):
     storage = storage_for(object_store)
     data = pattern(3 * PART_BYTES + 123, seed=1)

@@ -154,20 +154,33 @@ class RemoteStorage(StorageBackend):
         """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""
         if limit is None:
             def ask():
-                data = self._call(path, "read", "cat_file", path)
+                data = self._first_bytes(path, None)
                 return data if len(data) <= MEMO_OBJECT_BYTES else _Unremembered(data)
             data = self._remembered("read_bytes", path, ask)
             return data.value if isinstance(data, _Unremembered) else data
         if limit <= 0:
             return b""
         try:
-            return self._call(path, "read", "cat_file", path, start=0, end=int(limit))
+            return self._first_bytes(path, int(limit))
         except StoreUnreachableError:
             raise
         except RemoteStorageError:
             if self.size(path) == 0:  # S3 answers a range of an empty object with an error
                 return b""
             raise
+
+    def _first_bytes(self, path, limit):
+        """The object's first ``limit`` bytes (None: all of it) in one request: a part fetcher's, where the
+        client has one (see :func:`~.remote_ranges.part_fetcher`), else ``cat_file``'s."""
+        filesystem = self.filesystem
+        fetch = remote_ranges.part_fetcher(filesystem)
+        if fetch is None:
+            return self._call(path, "read", "cat_file", path, **({} if limit is None else {"start": 0, "end": limit}))
+        import asyncio  # loaded with the first remote read, not by every command
+
+        with remote_errors.translated(self.protocol, path, "read"):
+            return b"".join(asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(fetch(path, 0, limit), limits.current().budget), filesystem.loop).result())
 
     def read_ranges(self, path, ranges, into=None):
         """Yield the bytes of each ``(offset, length)`` of ``path``, in the order given, as they arrive.

@@ -122,9 +122,10 @@ def _next_chunk(chunks, pump):
 
 
 def part_fetcher(filesystem):
-    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request (as the list of
-    chunks they arrived in, which :meth:`Block.fill` takes without joining them first), for a client
-    whose own ranged read costs more than its request; None for the others (fsspec's ``_cat_file`` serves).
+    """``fetch(path, start, end)``, a coroutine giving those bytes of an object in one request (``0, None``: all
+    of it), as the list of chunks they arrived in, which :meth:`Block.fill` takes without joining them first;
+    for a client whose own ranged read costs more than its request. None for the others (fsspec's
+    ``_cat_file`` serves). Small whole reads (an index, a config) go the same way.
 
     gcsfs's ``cat_file`` asks for the bucket's type before each read, anew each time when it cannot learn
     it (anonymous reads of public buckets, emulators): a blocking probe for credentials on the client's event
@@ -202,7 +203,7 @@ async def _gcs_body(filesystem, path, start, end):
     import aiohttp
     from gcsfs.retry import validate_response
 
-    headers = {"Range": f"bytes={start}-{end - 1}"}
+    headers = {} if start == 0 and end is None else {"Range": f"bytes={start}-{end - 1}"}  # None: to its end
     filesystem.credentials.apply(headers)
     params = {}
     if filesystem.requester_pays:  # the project billed for a requester-pays bucket, as gcsfs names it
