@@ -11,8 +11,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 # The files whose set-up builds and trains whole models, longest first. The test command runs two workers, each
-# taking whole files (-n 2 --dist loadfile); these go out first, so that one worker is not left with a long file
-# while the other has finished.
+# taking whole files in this order (-n 2 --dist loadfile --no-loadscope-reorder; without the last, the files with
+# the most tests go first); these go out first, so that one worker is not left with a long file while the other
+# has finished.
 LONGEST_FIRST = ("test_layouts_timm.py", "test_keras_inception_v3.py", "test_layouts_electra.py", "test_layouts_t5.py",
                  "test_preemption.py", "test_docs.py", "test_layouts.py", "test_keras_weights_h5.py")
 

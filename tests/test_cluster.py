@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cluster_util import LocalCluster, free_port, session_config
+from kill_util import wait_until_stopped
 
 import subsetsaver as ss
 from subsetsaver import catalog as catalog_module
@@ -247,6 +248,7 @@ def test_a_hung_cluster_fails_fast_instead_of_hanging(cluster):
     with v1.Session(cluster.target, graph=graph, config=session_config(timeout_ms=3000)) as sess:
         assert sess.run(on_ps) == 6.0
         os.kill(ps, signal.SIGSTOP)
+        assert wait_until_stopped(ps, 30)  # on a loaded machine the signal takes a while: until then ps answers
         try:
             start = time.monotonic()
             with pytest.raises(tf.errors.DeadlineExceededError):
