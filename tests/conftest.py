@@ -23,6 +23,12 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+def pytest_sessionfinish(session):
+    servers = sys.modules.get("object_servers")
+    if servers is not None:  # the object-store servers: a pytest-xdist worker ends without running atexit
+        servers.stop_all()
+
+
 class CliRun(subprocess.CompletedProcess):
     """What a command line run gave: ``.returncode``, ``.stdout``, ``.stderr``; unpacks as ``code, out, err``."""
 

@@ -270,7 +270,7 @@ def object_server(protocol):
         except Exception as error:  # noqa: BLE001 - any failure to start is the skip's reason
             _servers[protocol] = f"{protocol} server cannot start: {type(error).__name__}: {error}"
         else:
-            atexit.register(server.stop)
+            atexit.register(server.stop)  # a test worker of pytest-xdist ends without atexit: see stop_all
             os.environ.update(server.environ)
             logging.getLogger("gcsfs").setLevel(logging.ERROR)  # it warns on every bucket it cannot classify
             import fsspec
@@ -283,6 +283,15 @@ def object_server(protocol):
             pytest.fail(server)
         pytest.skip(server)
     return server
+
+
+def stop_all():
+    """Stop every server this process started (the test session's end calls it)."""
+    for protocol, server in list(_servers.items()):
+        if not isinstance(server, str):
+            atexit.unregister(server.stop)
+            server.stop()
+        del _servers[protocol]
 
 
 class Place:
