@@ -10,19 +10,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-# The files whose set-up builds and trains whole models, longest first. The test command runs two workers, each
-# taking whole files in this order (-n 2 --dist loadfile --no-loadscope-reorder; without the last, the files with
-# the most tests go first); these go out first, so that one worker is not left with a long file while the other
-# has finished.
-LONGEST_FIRST = ("test_layouts_timm.py", "test_keras_inception_v3.py", "test_layouts_electra.py", "test_layouts_t5.py",
-                 "test_preemption.py", "test_docs.py", "test_layouts.py", "test_keras_weights_h5.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: number for number, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 def pytest_sessionfinish(session):
     servers = sys.modules.get("object_servers")
     if servers is not None:  # the object-store servers: a pytest-xdist worker ends without running atexit
