@@ -165,7 +165,7 @@ class RemoteStorage(StorageBackend):
         except StoreUnreachableError:
             raise
         except RemoteStorageError:
-            if self.size(path) == 0:  # S3 answers a range of an empty object with an error
+            if self.size(path) == 0:  # both stores answer a range of an empty object with an error
                 return b""
             raise
 
