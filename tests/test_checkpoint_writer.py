@@ -1,5 +1,6 @@
 """The one writer: output checks, the directory lock, verification before publishing, permissions, leftovers."""
 
+import fcntl
 import os
 import stat
 import subprocess
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 
 import subsetsaver as ss
+from subsetsaver import storage
 from subsetsaver.formats import checkpoint_writer, progress, registry
 from subsetsaver.formats.tf import bundle as tf_bundle
+from subsetsaver.storage import direct_io
 
 VALUES = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64)}
 SPECS = [(name, value.shape, value.dtype.name) for name, value in VALUES.items()]
@@ -61,6 +64,7 @@ def test_a_failed_write_leaves_the_old_output_and_no_directory_it_made(tmp_path,
 
 
 def test_bytes_that_read_back_wrong_are_never_published(tmp_path, monkeypatch):
+    monkeypatch.setattr(direct_io, "_open_direct", lambda path, flags: None)  # no O_DIRECT: read through the format
     output = str(tmp_path / "model")
     checkpoint_writer.write_checkpoint(output, iter(VALUES.items()), specs=SPECS, checkpoint_format=registry.NAME)
     before = {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)}
@@ -76,6 +80,76 @@ def test_bytes_that_read_back_wrong_are_never_published(tmp_path, monkeypatch):
                                            overwrite=True)
     assert "tensor 'a' reads back other than it was written" in str(error.value)
     assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
+
+
+@pytest.mark.parametrize("format_name,relative", [("name", "out/model"), ("safetensors", "out/model.safetensors"),
+                                                 ("safetensors-sharded", "out/model.safetensors.index.json")])
+def test_bytes_the_disk_gives_back_wrong_as_they_land_are_never_published(tmp_path, monkeypatch, format_name,
+                                                                          relative):
+    if direct_io.StagedWrites.open(str(tmp_path / "probe"), os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)) \
+            is None:
+        pytest.skip("this file system refuses O_DIRECT: every tensor is read through its format (the test above)")
+    checkpoint_format, output = registry.named(format_name), str(tmp_path / relative)
+    big = {"w": np.random.default_rng(3).standard_normal(3 * direct_io.STAGE_BYTES // 8).astype(np.float32),
+           "b": np.arange(5, dtype=np.int64)}  # 1.5 stages, then a small one read back with the tail
+    specs = [(name, value.shape, value.dtype.name) for name, value in big.items()]
+    checkpoint_writer.write_checkpoint(output, iter(big.items()), specs=specs, checkpoint_format=checkpoint_format)
+    monkeypatch.setattr(checkpoint_format, "read", lambda path, names: iter(()) if not names else pytest.fail(
+        f"{names} were read again"))
+    checkpoint_writer.write_checkpoint(output, iter(big.items()), specs=specs, checkpoint_format=checkpoint_format,
+                                       overwrite=True)  # checked by what landed: nothing read once written
+    before = {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")}
+    real_preadv = os.preadv
+    places = checkpoint_format.stored_bytes(output)
+    assert sorted(places) == ["b", "w"] and places["w"].length == big["w"].nbytes
+    for culprit in ("b", "w"):
+        tail = big[culprit].tobytes()[-40:]
+
+        def preadv(descriptor, buffers, offset, tail=tail):
+            got = real_preadv(descriptor, buffers, offset)
+            if fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_DIRECT:
+                at = bytes(buffers[0][:got]).find(tail)
+                if at >= 0:
+                    buffers[0][at + 20] ^= 1  # what a disk that lost a bit of the tensor's last bytes gives back
+            return got
+
+        monkeypatch.setattr(os, "preadv", preadv)
+        with pytest.raises(ss.CorruptCheckpointError) as error:
+            checkpoint_writer.write_checkpoint(output, iter(big.items()), specs=specs,
+                                               checkpoint_format=checkpoint_format, overwrite=True)
+        staged = str(error.value).split("'")[1]
+        assert str(error.value) == (f"checkpoint '{staged}': tensor '{culprit}' reads back other than it was written; "
+                                    "the disk or the file system lost bytes: write it again")
+        assert {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")} == before
+
+
+def test_landed_checksums_answer_only_for_one_whole_write_of_an_unchanged_file(tmp_path):
+    from subsetsaver.formats.landed_checksums import LandedChecksums
+    from subsetsaver.formats.wire.crc32c import crc32c
+
+    path, other = str(tmp_path / "file.bin"), str(tmp_path / "other.bin")
+    data = np.random.default_rng(0).integers(0, 256, 2 * direct_io.STAGE_BYTES + 11, dtype=np.uint8).tobytes()
+    pieces = [(0, 9), (9, direct_io.STAGE_BYTES), (direct_io.STAGE_BYTES + 9, 0),
+              (direct_io.STAGE_BYTES + 9, direct_io.STAGE_BYTES + 2)]
+    checksums = LandedChecksums()
+    with storage.reporting_landed(checksums):
+        for target in (path, other):
+            with storage.replacing(target) as sink:
+                for offset, length in pieces:
+                    sink.write(data[offset:offset + length])
+    if direct_io.written_identity(path) is None or checksums.checksum(path, 0, 9) is None:
+        pytest.skip("this file system refuses O_DIRECT: nothing is read back as it lands")
+    for offset, length in pieces:
+        expected = crc32c(data[offset:offset + length]) if length else None  # nothing to give back: read it
+        assert checksums.checksum(path, offset, length) == expected
+    assert checksums.checksum(path, 0, 10) is None  # not one write
+    assert checksums.checksum(path, 9, 9) is None
+    assert checksums.checksum(str(tmp_path / "absent.bin"), 0, 9) is None
+    with open(other, "ab") as handle:  # changed since it was written
+        handle.write(b"!")
+    assert checksums.checksum(other, 0, 9) is None
+    os.utime(path, ns=(1, 1))  # touched since
+    assert checksums.checksum(path, 0, 9) is None
 
 
 def test_parts_are_read_back_one_by_one_and_a_wrong_one_is_never_published(tmp_path, monkeypatch):

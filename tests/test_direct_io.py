@@ -136,19 +136,100 @@ def test_only_a_writers_read_back_of_what_it_wrote_past_the_page_cache_goes_past
             assert reader.read_into(3, np.zeros(len(expected) - 3, dtype=np.uint8)).tobytes() == expected[3:]
 
 
-def test_a_checkpoints_read_back_comes_from_the_disk(tmp_path, monkeypatch):
+def test_a_checkpoints_read_back_comes_from_the_disk_as_it_lands(tmp_path, monkeypatch):
     from subsetsaver.tools.slim import slim
 
-    values = {"w": np.random.default_rng(1).standard_normal(3 * STAGE // 4).astype(np.float32)}
+    values = {"w": np.random.default_rng(1).standard_normal(5 * STAGE // 8).astype(np.float32)}  # 2.5 stages
     (tmp_path / "in").mkdir()
     (tmp_path / "out").mkdir()
     source = tf_bundle.write(tmp_path / "in" / "model", values)  # written past the page cache too
-    opened = []
-    real_init = direct_io.DirectReads.__init__
-    monkeypatch.setattr(direct_io.DirectReads, "__init__", lambda self, path: (opened.append(path),
+    readers, read_back, reread = {}, [], []
+    real_open, real_preadv, real_init = direct_io._open_direct, os.preadv, direct_io.DirectReads.__init__
+
+    def open_direct(path, flags):
+        descriptor = real_open(path, flags)
+        if descriptor is not None and flags == os.O_RDONLY:
+            readers[descriptor] = path
+        return descriptor
+
+    def preadv(descriptor, buffers, offset):
+        got = real_preadv(descriptor, buffers, offset)
+        if descriptor in readers and fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_DIRECT:
+            read_back.append((readers[descriptor], offset, got))
+        return got
+
+    monkeypatch.setattr(direct_io, "_open_direct", open_direct)
+    monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(direct_io.DirectReads, "__init__", lambda self, path: (reread.append(path),
                                                                                 real_init(self, path))[1])
     slim(source, "everything()", tmp_path / "out" / "model")  # the source is read through the page cache
-    assert len(opened) == 1 and os.path.dirname(opened[0]) == str(tmp_path / "out") and ".data-" in opened[0]
+    data = [(path, offset, got) for path, offset, got in read_back if ".data-" in path]
+    assert {os.path.dirname(path) for path, _, _ in data} == {str(tmp_path / "out")}
+    assert [offset for _, offset, _ in data] == [0, STAGE, 2 * STAGE]  # each stage as it was written, in order
+    assert sum(got for _, _, got in data) == os.path.getsize(tmp_path / "out" / "model.data-00000-of-00001")
+    assert reread == []  # nothing is read a second time once the file is complete
+
+
+def test_a_stage_comes_back_from_the_disk_before_the_file_is_finished(tmp_path):
+    data = random_bytes(2 * STAGE + 5)
+    first_back = threading.Event()
+
+    class Listener:
+        def __init__(self):
+            self.segments, self.landed_bytes, self.ends = [], [], []
+
+        def segment(self, path, offset, length):
+            self.segments.append((path, offset, length))
+
+        def landed(self, path, offset, view):
+            assert offset == sum(len(piece) for piece in self.landed_bytes)
+            self.landed_bytes.append(bytes(view))
+            first_back.set()
+
+        def finished(self, path, identity):
+            self.ends.append(("finished", path, identity))
+
+        def abandoned(self, path):
+            self.ends.append(("abandoned", path))
+
+    listener, path = Listener(), str(tmp_path / "file.bin")
+    with direct_io.reporting_landed(listener), storage.replacing(path) as sink:
+        sink.write(data[:STAGE - 7])
+        sink.write(data[STAGE - 7:])  # the second stage is sent with this write, the 5 bytes left at commit
+        assert first_back.wait(30)  # read back while the file is still being written
+    assert listener.segments == [(path, 0, STAGE - 7), (path, STAGE - 7, STAGE + 12)]
+    assert b"".join(listener.landed_bytes) == data and len(listener.landed_bytes) == 3
+    assert listener.ends == [("finished", path, direct_io.written_identity(path))]  # renamed since: the same
+    assert listener.ends[0][2][2] == len(data) and open(path, "rb").read() == data
+
+
+def test_a_read_back_the_disk_refuses_tells_the_listener_the_file_was_not_read_back(tmp_path, monkeypatch):
+    ends = []
+
+    class Listener:
+        def segment(self, path, offset, length):
+            pass
+
+        def landed(self, path, offset, view):
+            pass
+
+        def finished(self, path, identity):
+            ends.append("finished")
+
+        def abandoned(self, path):
+            ends.append("abandoned")
+
+    real_preadv = os.preadv
+
+    def preadv(descriptor, buffers, offset):
+        if fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_preadv(descriptor, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with direct_io.reporting_landed(Listener()):
+        write(tmp_path / "file.bin", random_bytes(STAGE + 5), [STAGE + 5])
+    assert ends == ["abandoned"]
 
 
 def test_the_spans_of_a_large_read_back_are_read_at_once(tmp_path, monkeypatch):

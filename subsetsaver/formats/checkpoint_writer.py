@@ -5,7 +5,9 @@ unless ``overwrite``), creates the missing directories (and removes them again i
 write fails), takes the directory's writer lock (a second writer is refused at once,
 naming the first), removes what killed writers left, streams the tensors into the
 format's writer under a staging name holding about one at a time, reads every tensor back
-against the CRC32C of the bytes it was given, publishes the files atomically
+against the CRC32C of the bytes it was given (a tensor stored as its plain bytes is read back
+from the disk while later ones are still written: :mod:`~subsetsaver.formats.landed_checksums`),
+publishes the files atomically
 (:mod:`~subsetsaver.formats.publish`: the previous checkpoint or the new one, whole, at
 every instant), writes the subset manifest, and names the result the latest of its
 directory. A progress bar shows on a terminal when a write takes more than two seconds.
@@ -34,6 +36,7 @@ from ..errors import (
     SubsetSaverError,
 )
 from . import publish, subset_manifest
+from .landed_checksums import LandedChecksums
 from .memory import free_idle_buffers
 from .progress import progress_bar
 from .wire.crc32c import RunningCrc, crc32c
@@ -111,10 +114,10 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
     ``manifest``: the subset manifest's content, written beside a TensorFlow checkpoint.
     """
     output = os.fspath(output)
-    expected, parts, nbytes = {}, {}, 0
+    expected, parts, nbytes, landed = {}, {}, 0, LandedChecksums()
     with writing(output, checkpoint_format, sources=sources, overwrite=overwrite) as staged:
         with progress_bar(sum(_nbytes(shape, dtype) for _, shape, dtype in specs),
-                          os.path.basename(output) or output, progress) as bar:
+                          os.path.basename(output) or output, progress) as bar, storage.reporting_landed(landed):
             def counted():
                 nonlocal nbytes
                 for item in tensors:
@@ -132,7 +135,7 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
                                                    metadata=dict(metadata or {}))
         free_idle_buffers()  # what the reads left idle (resident until the kernel wants it) goes before verifying
         if staged != output:
-            verify(checkpoint_format, staged, expected, parts)
+            verify(checkpoint_format, staged, expected, parts, landed)
         if checkpoint_format.keeps_state_file:
             subset_manifest.remove_manifest(output)
         publish.publish(staged_files, commit=checkpoint_format.commit_file(output),
@@ -146,22 +149,34 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
                    tuple(checkpoint_format.files(output)))
 
 
-def verify(checkpoint_format, path, expected, parts=None) -> None:
+def verify(checkpoint_format, path, expected, parts=None, landed=None) -> None:
     """Read back every tensor ``expected`` (name -> (shape, dtype, CRC32C of the bytes given)) from the
     checkpoint at ``path``, one at a time, and every part of ``parts`` (name -> {offset: the same}); its
-    names must be those. CorruptCheckpointError otherwise."""
+    names must be those. CorruptCheckpointError otherwise. With ``landed`` (the :class:`LandedChecksums`
+    of the write), a tensor stored as its plain bytes by one write is checked by the checksum of those
+    bytes as the disk gave them back while they were written, its shape and dtype by the header or index."""
     with storage.reading_back():  # what was written past the page cache is read from the disk
-        _verify(checkpoint_format, path, expected, dict(parts or {}))
+        _verify(checkpoint_format, path, expected, dict(parts or {}), landed)
 
 
-def _verify(checkpoint_format, path, expected, parts):
-    names = {info.name for info in checkpoint_format.contents(path).tensors}
+def _verify(checkpoint_format, path, expected, parts, landed):
+    tensors = {info.name: info for info in checkpoint_format.contents(path).tensors}
     wanted = set(expected) | set(parts)
-    if names != wanted:
-        unexpected = sorted(names ^ wanted)
+    if set(tensors) != wanted:
+        unexpected = sorted(set(tensors) ^ wanted)
         raise CorruptCheckpointError(f"checkpoint '{path}' holds {unexpected[:5]} unexpectedly; it was not completed",
                                      path=path)
-    for name, value in checkpoint_format.read(path, list(expected)):
+    unread = list(expected)
+    if landed is not None:
+        places, unread = checkpoint_format.stored_bytes(path), []
+        for name in expected:
+            place = places.get(name)
+            checksum = None if place is None else landed.checksum(place.file, place.offset, place.length)
+            if checksum is None:
+                unread.append(name)
+            else:
+                _compare_landed(path, name, tensors[name], place, checksum, expected[name])
+    for name, value in checkpoint_format.read(path, unread):
         _compare(path, name, value, expected[name])
         del value
     if parts:
@@ -189,12 +204,29 @@ def _expected(array) -> tuple:
 
 def _compare(path, name, value, expected):
     shape, dtype, checksum = expected
-    if isinstance(checksum, RunningCrc):
-        checksum = checksum.value()
-    if value.shape != shape or value.dtype != dtype or _crc_of(value) != checksum:
-        raise CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was "
-                                     "written; the disk or the file system lost bytes: write it again",
-                                     path=path)
+    if value.shape != shape or value.dtype != dtype or _crc_of(value) != _value(checksum):
+        raise _read_back_wrong(path, name)
+
+
+def _compare_landed(path, name, info, place, landed_checksum, expected):
+    """Check tensor ``name`` by its :class:`~.format_protocol.TensorInfo`, its stored bytes' place and the
+    checksum of those bytes as they landed, against what it was given."""
+    import numpy as np
+
+    shape, dtype, checksum = expected
+    checksum = _value(checksum)
+    if (tuple(info.shape) != tuple(shape) or info.dtype != np.dtype(dtype).name or landed_checksum != checksum
+            or place.crc32c not in (None, checksum)):
+        raise _read_back_wrong(path, name)
+
+
+def _value(checksum) -> int:
+    return checksum.value() if isinstance(checksum, RunningCrc) else checksum
+
+
+def _read_back_wrong(path, name) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f"checkpoint '{path}': tensor '{name}' reads back other than it was written; "
+                                  "the disk or the file system lost bytes: write it again", path=path)
 
 
 def _checksum_of(array):

@@ -50,6 +50,17 @@ class Contents:
 
 
 @dataclasses.dataclass(frozen=True)
+class StoredBytes:
+    """Where a tensor's value lies as its plain bytes (little-endian, C order): ``length`` bytes at ``offset`` of
+    the local or remote ``file``; ``crc32c``: the checksum the format stores of them, None where it stores none."""
+
+    file: str
+    offset: int
+    length: int
+    crc32c: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Provenance:
     """Where a converted checkpoint's tensors came from, for the formats that record it
     (:meth:`CheckpointFormat.recorded`): the selector's text, the source's path and format name,
@@ -98,6 +109,12 @@ class CheckpointFormat:
     def read(self, path, names):
         """Yield ``(name, array)`` for each of ``names``, one in memory at a time, each verified."""
         raise NotImplementedError
+
+    def stored_bytes(self, path) -> dict:
+        """Name -> :class:`StoredBytes` of each tensor of the checkpoint at ``path`` stored as its value's plain
+        bytes in one place: the one writer checks those by the checksum of what landed on the disk. Read from the
+        header or index alone; empty where the format stores no tensor so (the default: every one is read)."""
+        return {}
 
     def streams(self, path):
         """The checkpoint at ``path`` as verified streams of bytes, or None where this format (or the

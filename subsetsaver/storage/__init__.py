@@ -31,13 +31,14 @@ import posixpath
 from ..errors import RemoteStorageError, clipped
 from ..lazy_exports import load
 from .contract import RangeReader, StorageBackend
-from .direct_io import reading_back
+from .direct_io import reading_back, reporting_landed, written_identity
 from .local import finish_background_work, fsync_directory, local_path, temporary_name
 
 __all__ = ["SCHEMES", "RangeReader", "StorageBackend", "backend", "can_rename", "exists", "finish_background_work", "fsync_directory", "hold_directory",
            "identity", "is_directory", "modified", "is_local", "join", "list_directory", "local_path", "make_directories",
            "open_reader", "parent", "read_bytes", "reading_back", "remove", "remove_abandoned", "remove_directory", "remove_tree", "rename",
-           "replacing", "scheme", "size", "sync_directory", "temporary_name", "write_bytes"]
+           "replacing", "reporting_landed", "scheme", "size", "sync_directory", "temporary_name", "write_bytes",
+           "written_identity"]
 
 
 

@@ -8,6 +8,9 @@ at 1.4 GB/s written with ``O_DIRECT`` and gave them back at 1.0-1.7 GB/s. So:
 - :class:`StagedWrites` appends a file's bytes through aligned staging buffers written with
   ``O_DIRECT`` (one stage written by a background thread while the next is filled); the last
   partial block goes through the ordinary descriptor, and the caller's fsync makes it all durable.
+  Inside :func:`reporting_landed`, each stage is read back from the disk as soon as it is written,
+  on a thread of its own, and a listener hears of the bytes the disk gave back: a writer's check of
+  what it wrote then goes on while later bytes still arrive, not after the last one.
 - :class:`DirectReads` reads large ranges of a file that this process wrote so with ``O_DIRECT``
   through aligned buffers, while the writer reads it back (:func:`reading_back`): the page cache
   does not hold it, and the checkpoint is verified from the disk itself, not from memory. A range
@@ -32,6 +35,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import errno
 import os
 import threading
@@ -88,6 +92,11 @@ def _writing_thread():
     return workers.shared_pool("subsetsaver-direct", 1)
 
 
+def _landing_thread():
+    """The one thread that reads back written stages, in the order they were written."""
+    return workers.shared_pool("subsetsaver-read-back", 1)
+
+
 def _reading_threads():
     """The threads that read spans past the page cache while the caller waits for them."""
     return workers.shared_pool("subsetsaver-direct-read", READS_IN_FLIGHT)
@@ -111,23 +120,34 @@ def _write_all(direct, buffered, data, offset):
 class StagedWrites:
     """The bytes of a new file, appended in order, written with ``O_DIRECT`` in stages of
     :data:`STAGE_BYTES`; :meth:`finish` writes the rest (the tail through ``buffered``). The caller
-    fsyncs ``buffered`` afterwards, which makes the file durable (data, size and the disk's cache)."""
+    fsyncs ``buffered`` afterwards, which makes the file durable (data, size and the disk's cache).
+    With a ``listener`` (see :func:`reporting_landed`), every stage is read back from the disk once
+    written, past the page cache through ``reader``, and handed to it; ``name`` is what it is told."""
 
-    def __init__(self, direct, buffered):
+    def __init__(self, direct, buffered, name=None, listener=None, reader=None):
         self._direct, self._buffered = direct, buffered
+        self._name, self._listener, self._reader = name, listener, reader
+        self._landing = None  # the last read-back asked for; read-backs run one at a time, in order
+        self._lost = False  # a read-back failed: the listener is told the file was not read back
         self._stages, self._pending = [_buffer(STAGE_BYTES), _buffer(STAGE_BYTES)], [None, None]
         self._current = self._filled = 0  # the stage being filled, and its bytes so far
         self.offset = 0  # where that stage's first byte goes in the file
 
     @classmethod
-    def open(cls, path, buffered):
+    def open(cls, path, buffered, name=None):
         """Staged writes to ``path`` (a new, empty file open for writing as ``buffered``), or None
-        where ``O_DIRECT`` is refused."""
+        where ``O_DIRECT`` is refused. ``name``: the path the file will have (what a listener is told)."""
         direct = _open_direct(path, os.O_WRONLY)
-        return None if direct is None else cls(direct, buffered)
+        if direct is None:
+            return None
+        listener = _listener.get()
+        reader = _open_direct(path, os.O_RDONLY) if listener is not None else None
+        return cls(direct, buffered, name or path, listener if reader is not None else None, reader)
 
     def write(self, data):
         view = memoryview(data).cast("B")
+        if self._listener is not None and len(view):
+            self._listener.segment(self._name, self.offset + self._filled, len(view))
         while len(view):
             stage = self._stages[self._current]
             take = min(len(view), STAGE_BYTES - self._filled)
@@ -139,13 +159,32 @@ class StagedWrites:
 
     def _send(self):
         number = self._current
-        self._pending[number] = _writing_thread().submit(
-            _write_all, self._direct, self._buffered, self._stages[number], self.offset)
+        self._pending[number] = _writing_thread().submit(self._write_stage, self._stages[number], self.offset)
         self.offset += STAGE_BYTES
         self._current, self._filled = 1 - number, 0
         if self._pending[self._current] is not None:  # the other stage's write is done before it is refilled
             self._pending[self._current].result()
             self._pending[self._current] = None
+
+    def _write_stage(self, stage, offset):
+        _write_all(self._direct, self._buffered, stage, offset)
+        if self._listener is not None:  # on the writing thread: read-backs are asked for in the file's order
+            self._landing = _landing_thread().submit(self._read_back, offset, len(stage))
+
+    def _read_back(self, offset, count):
+        """Read ``count`` bytes from ``offset`` back from the disk and hand them to the listener."""
+        if self._lost:
+            return
+        bounce = _buffer(STAGE_BYTES)
+        try:
+            got = os.preadv(self._reader, [bounce[:-(-count // BLOCK) * BLOCK]], offset)
+            if got < count:
+                raise OSError(errno.EIO, f"the disk gave back {got} of {count} bytes")
+            self._listener.landed(self._name, offset, bounce[:count])
+        except Exception:  # noqa: BLE001 - a failed read-back only means the file is read again to be checked
+            self._lost = True
+        finally:
+            _let_go(bounce)
 
     def finish(self):
         """Write what is staged: whole blocks past the page cache, the tail through it; then let go."""
@@ -156,6 +195,13 @@ class StagedWrites:
             stage, aligned = self._stages[self._current], self._filled - self._filled % BLOCK
             _write_all(self._direct, self._buffered, stage[:aligned], self.offset)
             _write_all(self._buffered, self._buffered, stage[aligned:self._filled], self.offset + aligned)
+            if self._listener is not None:  # a read past the page cache writes the tail's pages out first
+                self._landing = _landing_thread().submit(self._read_back, self.offset, self._filled)
+                self._landing.result()
+                if self._lost:
+                    self._listener.abandoned(self._name)
+                else:
+                    self._listener.finished(self._name, _identity(self._buffered))
             with _lock:
                 if self.offset or aligned:  # some of it went past the page cache
                     _written[_identity(self._buffered)] = True
@@ -165,26 +211,64 @@ class StagedWrites:
             self.abandon()
 
     def abandon(self):
-        """Wait for any write in flight (its error no longer matters) and close the direct descriptor."""
+        """Wait for any write and read-back in flight (their errors no longer matter) and close the descriptors."""
         for pending in self._pending:
             if pending is not None:
                 pending.exception()
         self._pending = [None, None]
+        self._lost = True  # read-backs still queued return at once
+        if self._landing is not None:
+            self._landing.exception()
+            self._landing = None
         for stage in self._stages:
             _let_go(stage)
         self._stages = []
-        if self._direct is not None:
-            os.close(self._direct)
-            self._direct = None
+        for descriptor in ("_direct", "_reader"):
+            if getattr(self, descriptor) is not None:
+                os.close(getattr(self, descriptor))
+                setattr(self, descriptor, None)
 
 
 _written = collections.OrderedDict()  # identities of files written past the page cache here, newest last
 _WRITTEN_KEPT = 64
+_listener = contextvars.ContextVar("subsetsaver_landed_listener", default=None)
 
 
 def _identity(descriptor):
     status = os.fstat(descriptor)
     return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
+
+
+def written_identity(path):
+    """(device, inode, size, modification time) of the local file ``path``, as :func:`reporting_landed`'s
+    ``finished`` gives it; None where there is no such file. Equal while the file is unchanged, renamed too."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
+
+
+@contextlib.contextmanager
+def reporting_landed(listener):
+    """While this is entered, the files this thread writes past the page cache are read back from the disk
+    as they are written, and ``listener`` hears of it by the path each file will have:
+
+    - ``segment(path, offset, length)``: a write of ``length`` bytes at ``offset`` (in the writer's thread);
+    - ``landed(path, offset, view)``: bytes the disk gave back, in the file's order, on a thread of their
+      own; ``view`` is valid only during the call;
+    - then ``finished(path, identity)`` once the whole file was read back (``identity``: see
+      :func:`written_identity`), or ``abandoned(path)`` where it could not be (the file must be read to be checked).
+
+    Files that do not go past the page cache (where ``O_DIRECT`` is refused) are never reported.
+
+    with reporting_landed(checksums): write_the_files()
+    """
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
 
 
 _reading_back = 0  # writers reading back what they wrote, now

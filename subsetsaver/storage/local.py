@@ -297,7 +297,7 @@ class _LocalFileSink:
         self._started = 0  # bytes handed to the file when the last background fdatasync started
         self._syncing = self._staged = None
         try:
-            self._staged = direct_io.StagedWrites.open(self.temporary, self._file.fileno())
+            self._staged = direct_io.StagedWrites.open(self.temporary, self._file.fileno(), name=self.path)
         except BaseException:
             self.abort()
             raise

@@ -12,7 +12,7 @@ import json
 import os
 
 from ... import bounded_json, storage
-from ..format_protocol import CheckpointFormat, Contents, TensorInfo
+from ..format_protocol import CheckpointFormat, Contents, StoredBytes, TensorInfo
 from . import codec
 
 
@@ -43,6 +43,9 @@ class SafetensorsFormat(CheckpointFormat):
 
     def read(self, path, names):
         return codec.read(path, names)
+
+    def stored_bytes(self, path) -> dict:
+        return {name: StoredBytes(str(path), *place) for name, place in codec.stored_bytes(path).items()}
 
     def files(self, path) -> list:
         return [str(path)] if storage.exists(path) else []

@@ -123,6 +123,12 @@ def specs(path) -> tuple:
     return {name: (shape, dtype) for name, (shape, dtype, _, _) in tensors.items()}, metadata
 
 
+def stored_bytes(path) -> dict:
+    """Name -> ``(offset, length)`` of each tensor's bytes in the file at ``path``, from the header alone."""
+    tensors, _, start = header(path)
+    return {name: (start + begin, end - begin) for name, (_, _, begin, end) in tensors.items()}
+
+
 def read(path, names):
     """Yield ``(name, array)`` for ``names``, one tensor in memory at a time."""
     import numpy as np

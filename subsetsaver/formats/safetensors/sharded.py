@@ -28,7 +28,7 @@ import re
 
 from ... import bounded_json, storage
 from ...errors import CorruptCheckpointError
-from ..format_protocol import CheckpointFormat, Contents, TensorInfo
+from ..format_protocol import CheckpointFormat, Contents, StoredBytes, TensorInfo
 from . import codec
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -136,6 +136,13 @@ class ShardedSafetensorsFormat(CheckpointFormat):
             shard = where
         if run:
             yield from codec.read(shard, run)
+
+    def stored_bytes(self, path) -> dict:
+        found = {}
+        for shard, names in _by_shard(path, _weight_map(path)):
+            places = codec.stored_bytes(shard)
+            found.update((name, StoredBytes(shard, *places[name])) for name in names if name in places)
+        return found
 
     def files(self, path) -> list:
         path = os.fspath(path)

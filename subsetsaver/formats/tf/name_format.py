@@ -16,7 +16,7 @@ import os
 
 from ... import storage
 from ...errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..format_protocol import CheckpointFormat, Contents, TensorInfo
+from ..format_protocol import CheckpointFormat, Contents, StoredBytes, TensorInfo
 from . import bundle, checkpoint_state, object_graph
 
 BOOKKEEPING = (object_graph.OBJECT_GRAPH_KEY,)  # tensors that are the file's own, not a variable's
@@ -139,6 +139,11 @@ class NameBasedFormat(BundleFormat):
     def read(self, path, names):
         with bundle.BundleReader(checkpoint_prefix(path)) as reader:
             yield from reader.read_many(names)  # from a bucket: several tensors in flight
+
+    def stored_bytes(self, path) -> dict:
+        with bundle.BundleReader(checkpoint_prefix(path), require_data_files=False) as reader:
+            return {name: StoredBytes(*place) for name, place in reader.stored_bytes().items()
+                    if name not in BOOKKEEPING}
 
     def part_reader(self, path):
         """A :class:`~subsetsaver.formats.tf.bundle.BundleReader` of the checkpoint, to read a partitioned

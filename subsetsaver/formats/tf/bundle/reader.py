@@ -211,6 +211,21 @@ class BundleReader:
                 return self._read_stored(stored)
         raise KeyError(f"tensor '{clipped(name)}' of checkpoint '{self.prefix}' has no part at {region}")
 
+    def stored_bytes(self) -> dict:
+        """Name -> ``(data file, offset, size, CRC32C)`` of each tensor stored whole as fixed-width bytes (not a
+        partitioned or string one), from the index alone.
+
+        reader.stored_bytes()['dense/b']
+        # ('/ckpt/model.data-00000-of-00001', 0, 40, 3563264011)
+        """
+        found = {}
+        for name, tensor in self._index.tensors.items():
+            stored = tensor.stored
+            if (stored is not None and not tensor.parts and stored.data_type.fixed_width
+                    and stored.data_type is not dtype_table.STRING):
+                found[name] = (self._data_path(stored.shard), stored.offset, stored.size, unmasked(stored.crc32c))
+        return found
+
     def read_many(self, names):
         """Yield ``(name, value)`` for each of ``names``, in order, each verified as :meth:`read` verifies it.
 
