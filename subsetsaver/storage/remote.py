@@ -187,17 +187,19 @@ class RemoteStorage(StorageBackend):
 
         Ranges that follow each other closely are fetched in one request, long ones in parts, with
         several requests in flight. Each item is a read-only memoryview, valid as long as it is held;
-        with ``into`` (one writable buffer of each range's length), the buffer, filled: a long range
-        then lands there directly, with no copy held beside it. CorruptCheckpointError when the
-        object ends before a range does.
+        with ``into`` (one writable buffer of each range's length, or a function making one, called
+        when that range's bytes start to arrive), the buffer, filled: a long range then lands there
+        directly, with no copy held beside it. CorruptCheckpointError when the object ends before a
+        range does.
         """
         ranges = [(int(offset), int(length)) for offset, length in ranges]
         for offset, length in ranges:
             if offset < 0 or length < 0:
                 raise ValueError(f"a byte range of '{path}' has a negative offset or length: {(offset, length)}")
         if into is not None:
-            into = [memoryview(buffer).cast("B") for buffer in into]
-            if [len(view) for view in into] != [length for _, length in ranges]:
+            into = [buffer if callable(buffer) else memoryview(buffer).cast("B") for buffer in into]
+            if len(into) != len(ranges) or any(not callable(buffer) and len(buffer) != length
+                                               for buffer, (_, length) in zip(into, ranges)):
                 raise ValueError(f"read_ranges of '{path}' needs one buffer of each range's length in into=")
         return self._stream(path, merge_ranges(ranges, into))
 

@@ -222,13 +222,15 @@ async def _gcs_body(filesystem, path, start, end):
 
 class Block:
     """Consecutive ranges fetched together: ``[start, end)`` of the object, handed out as one view per range
-    (or, for a range given a buffer, that buffer filled). ``into``: the buffer the whole block lands in."""
+    (or, for a range given a buffer, that buffer filled). ``into``: the buffer the whole block lands in, or a
+    function that makes it, called when the block's first bytes arrive (not while earlier blocks still wait)."""
 
     def __init__(self, offset, length, into=None, target=None):
         self.start, self.end = offset, offset + length
         self.members = [(offset, length, target)]
         self.direct = into is not None
-        self.buffer = np.frombuffer(memoryview(into).cast("B"), dtype=np.uint8) if self.direct else None
+        self.into = into
+        self.buffer = None
         self.missing = 0
         self.handed_out = False
 
@@ -242,29 +244,47 @@ class Block:
 
     def fill(self, start, data):
         """Copy ``data`` in from byte ``start`` of the object: bytes, or a list of chunks that follow each other."""
-        if self.buffer is None:  # np.empty: pages become resident only as parts arrive
-            self.buffer = np.empty(self.length, dtype=np.uint8)
+        buffer = self._landing_place()
         for chunk in data if isinstance(data, list) else (data,):
             at = start - self.start
-            self.buffer[at:at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+            buffer[at:at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
             start += len(chunk)
             self.missing -= len(chunk)
 
+    def _landing_place(self):
+        if self.buffer is None:
+            if self.direct:
+                into = made(self.into, self.length)
+                self.members = [(self.start, self.length, into)]
+                self.buffer = np.frombuffer(into, dtype=np.uint8)
+            else:  # np.empty: pages become resident only as parts arrive
+                self.buffer = np.empty(self.length, dtype=np.uint8)
+        return self.buffer
+
     def views(self):
-        whole = memoryview(self.buffer).cast("B").toreadonly() if self.length else memoryview(b"")
+        whole = memoryview(self._landing_place()).cast("B").toreadonly() if self.length else memoryview(b"")
         handed = []
         for offset, length, target in self.members:
             piece = whole[offset - self.start:offset - self.start + length]
             if target is not None and not self.direct:
+                target = made(target, length)
                 target[:] = piece
             handed.append(piece if target is None else target)
         return handed
 
     def release(self):
         """Let go of the bytes and the callers' buffers, once handed out."""
-        self.buffer = None
+        self.buffer = self.into = None
         self.members = [(offset, length, None) for offset, length, _ in self.members]
         self.handed_out = True
+
+
+def made(buffer, length) -> memoryview:
+    """``buffer`` (or what the function ``buffer`` makes) as a writable byte view of ``length`` bytes."""
+    view = memoryview(buffer() if callable(buffer) else buffer).cast("B")
+    if len(view) != length:
+        raise ValueError(f"a buffer of {len(view)} bytes was given for a range of {length}")
+    return view
 
 
 def merge_ranges(ranges, into=None) -> list:

@@ -252,11 +252,13 @@ class BundleReader:
 
     def _read_run(self, run):
         """Yield ``(name, value)`` of a run of :meth:`_ranged_run`, fetched with several requests in flight."""
-        values = [np.empty(stored.count, dtype=dtype_table.numpy_dtype(stored.data_type)) for _, stored in run]
-        ranges = [(stored.offset, value.nbytes) for (_, stored), value in zip(run, values)]
-        fetched = self._data_file(run[0][1]).read_ranges(ranges, into=[value.view(np.uint8) for value in values])
-        for number, ((name, stored), _) in enumerate(zip(run, fetched)):  # filled when its turn comes
-            value, values[number] = values[number], None  # held by the caller only, once handed out
+        dtypes = [dtype_table.numpy_dtype(stored.data_type) for _, stored in run]
+        ranges = [(stored.offset, stored.count * dtype.itemsize) for (_, stored), dtype in zip(run, dtypes)]
+        into = [functools.partial(reused_bytes, length) for _, length in ranges]  # made as its bytes arrive
+        fetched = self._data_file(run[0][1]).read_ranges(ranges, into=into)
+        for (name, stored), dtype, filled in zip(run, dtypes, fetched):  # filled when its turn comes
+            value = np.frombuffer(filled, dtype=dtype)
+            del filled
             yield name, self._checked(stored, value)
             del value  # before the next tensor is waited for: only the caller may still hold this one
 
