@@ -122,3 +122,27 @@ def test_help_loads_nothing_that_inspecting_a_checkpoint_does_not(tmp_path):
             name for name, package in _loaded_by(argv).items() if name not in inspected
             and not name.startswith(("subsetsaver.cli.", "click.")) and not (package and name.startswith("subsetsaver.")))
     assert beyond == {" ".join(argv): [] for argv in [["--help"]] + [[command, "--help"] for command in COMMANDS]}
+
+
+BLAS_CHILD = ("import json, os, sys\n"
+              "from subsetsaver.cli import main\n"
+              "assert 'numpy' not in sys.modules  # the command imports it, after main set the thread count\n"
+              "try:\n"
+              "    main(json.loads(sys.argv[1]))\n"
+              "except SystemExit as done:\n"
+              "    assert done.code == 0, done.code\n"
+              "import numpy\n"
+              "print(json.dumps([os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules]))\n")
+
+
+@pytest.mark.parametrize("given,expected", [(None, "1"), ("2", "2")])
+def test_a_command_gives_numpys_blas_one_thread_unless_the_user_chose(tmp_path, given, expected):
+    from subsetsaver.formats.tf import bundle as tf_bundle
+
+    checkpoint = tf_bundle.write(tmp_path / "model", {"dense/w": np.ones((2, 3), np.float32)})
+    environment = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+    environment |= {"PYTHONPATH": ROOT} | ({} if given is None else {"OPENBLAS_NUM_THREADS": given})
+    done = subprocess.run([sys.executable, "-c", BLAS_CHILD, json.dumps(["inspect", checkpoint])], capture_output=True,
+                          text=True, timeout=300, env=environment)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [expected, True]
