@@ -123,6 +123,22 @@ def test_bytes_the_disk_gives_back_wrong_as_they_land_are_never_published(tmp_pa
         assert {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")} == before
 
 
+@pytest.mark.parametrize("format_name,relative", [("npz", "out/model.npz"), ("name", "out/model")])
+def test_only_a_format_that_locates_its_bytes_has_them_read_back_as_they_land(tmp_path, monkeypatch, format_name,
+                                                                            relative):
+    """A ``.npz`` file is read back through its format once written: reading it as it lands too would read it
+    twice."""
+    landings = []
+    real = direct_io.StagedWrites._read_back
+    monkeypatch.setattr(direct_io.StagedWrites, "_read_back",
+                        lambda self, offset, count: (landings.append(count), real(self, offset, count))[1])
+    big = {"w": np.ones(3 * direct_io.STAGE_BYTES // 8, np.float32)}
+    checkpoint_writer.write_checkpoint(str(tmp_path / relative), iter(big.items()),
+                                       specs=[("w", big["w"].shape, "float32")],
+                                       checkpoint_format=registry.named(format_name))
+    assert (sum(landings) >= big["w"].nbytes) == (format_name == "name")
+
+
 def test_landed_checksums_answer_only_for_one_whole_write_of_an_unchanged_file(tmp_path):
     from subsetsaver.formats.landed_checksums import LandedChecksums
     from subsetsaver.formats.wire.crc32c import crc32c

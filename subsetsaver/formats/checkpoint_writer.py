@@ -114,7 +114,8 @@ def write_checkpoint(output, tensors, *, checkpoint_format, specs, sources=(), o
     ``manifest``: the subset manifest's content, written beside a TensorFlow checkpoint.
     """
     output = os.fspath(output)
-    expected, parts, nbytes, landed = {}, {}, 0, LandedChecksums()
+    expected, parts, nbytes = {}, {}, 0
+    landed = LandedChecksums() if checkpoint_format.locates_stored_bytes else None  # else read once written
     with writing(output, checkpoint_format, sources=sources, overwrite=overwrite) as staged:
         with progress_bar(sum(_nbytes(shape, dtype) for _, shape, dtype in specs),
                           os.path.basename(output) or output, progress) as bar, storage.reporting_landed(landed):

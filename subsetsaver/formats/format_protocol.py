@@ -93,6 +93,7 @@ class CheckpointFormat:
     keeps_state_file = False
     takes_tf1_names = False
     dtypes = None  # the dtype names it holds; None: every dtype TensorFlow checkpoints hold
+    locates_stored_bytes = False  # stored_bytes() names where its tensors' plain bytes lie
 
     def recognises(self, path) -> bool:
         """Whether ``path`` names an existing checkpoint of this format (cheap: names, a header)."""
@@ -113,7 +114,8 @@ class CheckpointFormat:
     def stored_bytes(self, path) -> dict:
         """Name -> :class:`StoredBytes` of each tensor of the checkpoint at ``path`` stored as its value's plain
         bytes in one place: the one writer checks those by the checksum of what landed on the disk. Read from the
-        header or index alone; empty where the format stores no tensor so (the default: every one is read)."""
+        header or index alone; empty where the format stores no tensor so (the default: every one is read). A
+        format that answers sets ``locates_stored_bytes``: the writer then has its files read back as they land."""
         return {}
 
     def streams(self, path):

@@ -260,7 +260,8 @@ def reporting_landed(listener):
     - then ``finished(path, identity)`` once the whole file was read back (``identity``: see
       :func:`written_identity`), or ``abandoned(path)`` where it could not be (the file must be read to be checked).
 
-    Files that do not go past the page cache (where ``O_DIRECT`` is refused) are never reported.
+    Files that do not go past the page cache (where ``O_DIRECT`` is refused) are never reported, and a
+    ``listener`` of None hears of nothing and has nothing read back.
 
     with reporting_landed(checksums): write_the_files()
     """

@@ -22,6 +22,7 @@ class SafetensorsFormat(CheckpointFormat):
     noun = "safetensors file"
     suffixes = (codec.SUFFIX,)
     dtypes = frozenset(codec.CODES)
+    locates_stored_bytes = True
 
     def recognises(self, path) -> bool:
         return str(path).endswith(codec.SUFFIX) and storage.exists(path) and not storage.is_directory(path)

@@ -96,6 +96,7 @@ class ShardedSafetensorsFormat(CheckpointFormat):
     noun = "sharded safetensors checkpoint"
     suffixes = (INDEX_SUFFIX,)
     dtypes = frozenset(codec.CODES)
+    locates_stored_bytes = True
 
     def __init__(self, max_shard_bytes=DEFAULT_MAX_SHARD_BYTES):
         self.max_shard_bytes = max_shard_bytes

@@ -125,6 +125,7 @@ class NameBasedFormat(BundleFormat):
     name = "name"
     description = "TensorFlow name-based (tf.compat.v1.train.Saver)"
     takes_tf1_names = True
+    locates_stored_bytes = True
 
     def recognises(self, path) -> bool:
         return self._is_object_based(path) is False
