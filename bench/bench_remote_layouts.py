@@ -8,8 +8,8 @@ whole child process, connected to the server before its clock starts; sides alte
 of ``RUNS``. The line gives the conversion's throughput (the bytes it fetched per second of the whole command)
 over the get's (every byte of the objects per second), and the two wall times. A second line gives the same
 ratio over the transfer alone: the bytes the relay passed per second from the server's first byte to its last,
-as the relay saw them; the conversion's start-up before its first request and its read-back after its last
-byte (every tensor checked against what was written) fall outside it.
+as the relay saw them; the conversion's start-up before its first request, and what is left of its check of
+the output after the last byte (each stage is read back from the disk as it is written), fall outside it.
 
 Run: ``python bench/bench_remote_layouts.py``.
 """
