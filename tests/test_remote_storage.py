@@ -80,6 +80,15 @@ def test_ranges_come_back_in_the_order_given(object_store):
     assert [buffer.tobytes() for buffer in buffers] == got
     assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
 
+    made = {}  # a function per range: its buffer is made when its bytes start to arrive, once
+    makers = [lambda number=number, length=length: made.setdefault(number, np.full(length, 7, dtype=np.uint8))
+              for number, (_, length) in enumerate(ranges)]
+    lazily = storage.read_ranges(url, ranges, into=makers)
+    assert made == {}  # nothing is made before the first range is asked for
+    handed = list(lazily)
+    assert [made[number].tobytes() for number in range(len(ranges))] == got
+    assert all(np.shares_memory(np.asarray(item), made[number]) for number, item in enumerate(handed) if len(item))
+
 
 def test_neighbouring_ranges_are_merged_and_long_ones_split():
     blocks = merge_ranges([(0, 10), (12, 4), (16, 0), (20, 5), (10 * MiB, 2 * PART_BYTES + 1), (0, 3)])
@@ -137,6 +146,15 @@ def test_a_long_run_of_ranges_is_one_streamed_request(server_store, small_stream
     assert got == [data[offset:offset + length] for offset, length in ranges]
     assert [buffer.tobytes() for buffer in buffers] == got
     assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
+
+    made = {}  # a function per range: its buffer is made when its bytes start to arrive, once
+    makers = [lambda number=number, length=length: made.setdefault(number, np.full(length, 7, dtype=np.uint8))
+              for number, (_, length) in enumerate(ranges)]
+    lazily = storage.read_ranges(url, ranges, into=makers)
+    assert made == {}  # nothing is made before the first range is asked for
+    handed = list(lazily)
+    assert [made[number].tobytes() for number in range(len(ranges))] == got
+    assert all(np.shares_memory(np.asarray(item), made[number]) for number, item in enumerate(handed) if len(item))
     assert requests == 2
     asked = sum(length for _, length in ranges)
     assert asked + 100 < received <= asked + 100 + 2 * 2048

@@ -262,7 +262,8 @@ class Block:
         return self.buffer
 
     def views(self):
-        whole = memoryview(self._landing_place()).cast("B").toreadonly() if self.length else memoryview(b"")
+        landed = self._landing_place()  # made even for an empty block: its caller's buffer is handed out
+        whole = memoryview(landed).cast("B").toreadonly() if self.length else memoryview(b"")
         handed = []
         for offset, length, target in self.members:
             piece = whole[offset - self.start:offset - self.start + length]
