@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -204,6 +205,24 @@ def test_temporaries_of_a_live_process_or_another_host_are_left_alone(tmp_path):
     os.makedirs(tmp_path / (dead + "_temp"))
     assert files.remove_abandoned(str(tmp_path)) == sorted(abandoned + [dead + "_temp"])
     assert sorted(os.listdir(tmp_path)) == sorted(left + ["model-7.tmp-notes.txt"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="a zombie is told apart through /proc")
+def test_temporaries_of_a_killed_writer_not_yet_reaped_are_removed(tmp_path):
+    """A writer killed a moment ago is a zombie until its parent reaps it: it holds nothing, and a writer
+    starting then removes what it left."""
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()
+    deadline = time.monotonic() + 30
+    while open(f"/proc/{killed.pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] != b"Z":
+        assert time.monotonic() < deadline, "the killed process never became a zombie"
+        time.sleep(0.01)
+    try:
+        left = f".model-8.tmp-{socket.gethostname()}-{killed.pid}-0123abcd.index"
+        (tmp_path / left).write_bytes(b"x")
+        assert files.remove_abandoned(str(tmp_path)) == [left]
+    finally:
+        killed.wait()
 
 
 def save_in_turn(directory, steps, **options):

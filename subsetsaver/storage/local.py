@@ -101,13 +101,24 @@ def remove_abandoned(directory) -> list:
 
 
 def _running(pid) -> bool:
+    """Whether process ``pid`` runs. A killed writer whose parent has not reaped it yet (a zombie) does not: it
+    holds no file and no lock, and a process reparented to an init that reaps slowly stays one for a while."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid) -> bool:
+    """Whether ``/proc`` says process ``pid`` has ended and waits to be reaped (False where there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            return status.read().rsplit(b")", 1)[1].split()[0] == b"Z"  # the state follows the name's ")"
+    except (OSError, IndexError):
+        return False
 
 
 # ---------------------------------------------------------------------------------
