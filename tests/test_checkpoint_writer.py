@@ -82,13 +82,11 @@ def test_bytes_that_read_back_wrong_are_never_published(tmp_path, monkeypatch):
     assert {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)} == before
 
 
+@pytest.mark.usefixtures("direct_transfers")  # elsewhere every tensor is read through its format (the test above)
 @pytest.mark.parametrize("format_name,relative", [("name", "out/model"), ("safetensors", "out/model.safetensors"),
                                                  ("safetensors-sharded", "out/model.safetensors.index.json")])
 def test_bytes_the_disk_gives_back_wrong_as_they_land_are_never_published(tmp_path, monkeypatch, format_name,
                                                                           relative):
-    if direct_io.StagedWrites.open(str(tmp_path / "probe"), os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)) \
-            is None:
-        pytest.skip("this file system refuses O_DIRECT: every tensor is read through its format (the test above)")
     checkpoint_format, output = registry.named(format_name), str(tmp_path / relative)
     big = {"w": np.random.default_rng(3).standard_normal(3 * direct_io.STAGE_BYTES // 8).astype(np.float32),
            "b": np.arange(5, dtype=np.int64)}  # 1.5 stages, then a small one read back with the tail
@@ -123,6 +121,7 @@ def test_bytes_the_disk_gives_back_wrong_as_they_land_are_never_published(tmp_pa
         assert {name: (tmp_path / "out" / name).read_bytes() for name in _files(tmp_path / "out")} == before
 
 
+@pytest.mark.usefixtures("direct_transfers")
 @pytest.mark.parametrize("format_name,relative", [("npz", "out/model.npz"), ("name", "out/model")])
 def test_only_a_format_that_locates_its_bytes_has_them_read_back_as_they_land(tmp_path, monkeypatch, format_name,
                                                                             relative):
@@ -139,6 +138,7 @@ def test_only_a_format_that_locates_its_bytes_has_them_read_back_as_they_land(tm
     assert (sum(landings) >= big["w"].nbytes) == (format_name == "name")
 
 
+@pytest.mark.usefixtures("direct_transfers")
 def test_landed_checksums_answer_only_for_one_whole_write_of_an_unchanged_file(tmp_path):
     from subsetsaver.formats.landed_checksums import LandedChecksums
     from subsetsaver.formats.wire.crc32c import crc32c
@@ -153,8 +153,6 @@ def test_landed_checksums_answer_only_for_one_whole_write_of_an_unchanged_file(t
             with storage.replacing(target) as sink:
                 for offset, length in pieces:
                     sink.write(data[offset:offset + length])
-    if direct_io.written_identity(path) is None or checksums.checksum(path, 0, 9) is None:
-        pytest.skip("this file system refuses O_DIRECT: nothing is read back as it lands")
     for offset, length in pieces:
         expected = crc32c(data[offset:offset + length]) if length else None  # nothing to give back: read it
         assert checksums.checksum(path, offset, length) == expected

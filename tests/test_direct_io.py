@@ -170,33 +170,36 @@ def test_a_checkpoints_read_back_comes_from_the_disk_as_it_lands(tmp_path, monke
     assert reread == []  # nothing is read a second time once the file is complete
 
 
+class RecordingListener:
+    """What :func:`~subsetsaver.storage.direct_io.reporting_landed` tells a listener, kept; ``first_back`` is set
+    once bytes have come back."""
+
+    def __init__(self):
+        self.segments, self.landed_bytes, self.ends = [], [], []
+        self.first_back = threading.Event()
+
+    def segment(self, path, offset, length):
+        self.segments.append((path, offset, length))
+
+    def landed(self, path, offset, view):
+        assert offset == sum(len(piece) for piece in self.landed_bytes)
+        self.landed_bytes.append(bytes(view))
+        self.first_back.set()
+
+    def finished(self, path, identity):
+        self.ends.append(("finished", path, identity))
+
+    def abandoned(self, path):
+        self.ends.append(("abandoned", path))
+
+
 def test_a_stage_comes_back_from_the_disk_before_the_file_is_finished(tmp_path):
     data = random_bytes(2 * STAGE + 5)
-    first_back = threading.Event()
-
-    class Listener:
-        def __init__(self):
-            self.segments, self.landed_bytes, self.ends = [], [], []
-
-        def segment(self, path, offset, length):
-            self.segments.append((path, offset, length))
-
-        def landed(self, path, offset, view):
-            assert offset == sum(len(piece) for piece in self.landed_bytes)
-            self.landed_bytes.append(bytes(view))
-            first_back.set()
-
-        def finished(self, path, identity):
-            self.ends.append(("finished", path, identity))
-
-        def abandoned(self, path):
-            self.ends.append(("abandoned", path))
-
-    listener, path = Listener(), str(tmp_path / "file.bin")
+    listener, path = RecordingListener(), str(tmp_path / "file.bin")
     with direct_io.reporting_landed(listener), storage.replacing(path) as sink:
         sink.write(data[:STAGE - 7])
         sink.write(data[STAGE - 7:])  # the second stage is sent with this write, the 5 bytes left at commit
-        assert first_back.wait(30)  # read back while the file is still being written
+        assert listener.first_back.wait(30)  # read back while the file is still being written
     assert listener.segments == [(path, 0, STAGE - 7), (path, STAGE - 7, STAGE + 12)]
     assert b"".join(listener.landed_bytes) == data and len(listener.landed_bytes) == 3
     assert listener.ends == [("finished", path, direct_io.written_identity(path))]  # renamed since: the same
@@ -204,21 +207,6 @@ def test_a_stage_comes_back_from_the_disk_before_the_file_is_finished(tmp_path):
 
 
 def test_a_read_back_the_disk_refuses_tells_the_listener_the_file_was_not_read_back(tmp_path, monkeypatch):
-    ends = []
-
-    class Listener:
-        def segment(self, path, offset, length):
-            pass
-
-        def landed(self, path, offset, view):
-            pass
-
-        def finished(self, path, identity):
-            ends.append("finished")
-
-        def abandoned(self, path):
-            ends.append("abandoned")
-
     real_preadv = os.preadv
 
     def preadv(descriptor, buffers, offset):
@@ -227,9 +215,10 @@ def test_a_read_back_the_disk_refuses_tells_the_listener_the_file_was_not_read_b
         return real_preadv(descriptor, buffers, offset)
 
     monkeypatch.setattr(os, "preadv", preadv)
-    with direct_io.reporting_landed(Listener()):
-        write(tmp_path / "file.bin", random_bytes(STAGE + 5), [STAGE + 5])
-    assert ends == ["abandoned"]
+    listener, path = RecordingListener(), str(tmp_path / "file.bin")
+    with direct_io.reporting_landed(listener):
+        write(path, random_bytes(STAGE + 5), [STAGE + 5])
+    assert listener.landed_bytes == [] and listener.ends == [("abandoned", path)]
 
 
 def test_the_spans_of_a_large_read_back_are_read_at_once(tmp_path, monkeypatch):

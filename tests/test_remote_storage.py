@@ -79,8 +79,13 @@ def test_ranges_come_back_in_the_order_given(object_store):
     assert got == [data[offset:offset + length] for offset, length in ranges]
     assert [buffer.tobytes() for buffer in buffers] == got
     assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
+    assert_buffers_made_as_bytes_arrive(storage, url, ranges, got)
 
-    made = {}  # a function per range: its buffer is made when its bytes start to arrive, once
+
+def assert_buffers_made_as_bytes_arrive(storage, url, ranges, got):
+    """Read ``ranges`` again with a function per range in ``into=``: each buffer is made once, only when asked
+    for, is handed out filled with ``got`` (what a read without buffers gave), with no copy beside it."""
+    made = {}
     makers = [lambda number=number, length=length: made.setdefault(number, np.full(length, 7, dtype=np.uint8))
               for number, (_, length) in enumerate(ranges)]
     lazily = storage.read_ranges(url, ranges, into=makers)
@@ -146,15 +151,7 @@ def test_a_long_run_of_ranges_is_one_streamed_request(server_store, small_stream
     assert got == [data[offset:offset + length] for offset, length in ranges]
     assert [buffer.tobytes() for buffer in buffers] == got
     assert all(np.shares_memory(np.asarray(item), buffer) for item, buffer in zip(handed, buffers) if len(buffer))
-
-    made = {}  # a function per range: its buffer is made when its bytes start to arrive, once
-    makers = [lambda number=number, length=length: made.setdefault(number, np.full(length, 7, dtype=np.uint8))
-              for number, (_, length) in enumerate(ranges)]
-    lazily = storage.read_ranges(url, ranges, into=makers)
-    assert made == {}  # nothing is made before the first range is asked for
-    handed = list(lazily)
-    assert [made[number].tobytes() for number in range(len(ranges))] == got
-    assert all(np.shares_memory(np.asarray(item), made[number]) for number, item in enumerate(handed) if len(item))
+    assert_buffers_made_as_bytes_arrive(storage, url, ranges, got)
     assert requests == 2
     asked = sum(length for _, length in ranges)
     assert asked + 100 < received <= asked + 100 + 2 * 2048

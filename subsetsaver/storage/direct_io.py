@@ -235,7 +235,10 @@ _listener = contextvars.ContextVar("subsetsaver_landed_listener", default=None)
 
 
 def _identity(descriptor):
-    status = os.fstat(descriptor)
+    return _identity_of(os.fstat(descriptor))
+
+
+def _identity_of(status):
     return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
@@ -243,10 +246,9 @@ def written_identity(path):
     """(device, inode, size, modification time) of the local file ``path``, as :func:`reporting_landed`'s
     ``finished`` gives it; None where there is no such file. Equal while the file is unchanged, renamed too."""
     try:
-        status = os.stat(path)
+        return _identity_of(os.stat(path))
     except OSError:
         return None
-    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
 @contextlib.contextmanager

@@ -104,6 +104,15 @@ def _taken(ahead):
         _one_ahead.release()
 
 
+def _plain(tensor):
+    """The one stored run of ``tensor`` (an index entry) where it holds fixed-width elements, else None (a
+    partitioned or string tensor)."""
+    stored = tensor.stored
+    if stored is None or not stored.data_type.fixed_width or stored.data_type is dtype_table.STRING:
+        return None
+    return stored
+
+
 def _read_ahead():
     """The one thread that reads the next tensor of :meth:`BundleReader.read_many` ahead of the caller."""
     return workers.shared_pool("subsetsaver-read", 1)
@@ -220,9 +229,8 @@ class BundleReader:
         """
         found = {}
         for name, tensor in self._index.tensors.items():
-            stored = tensor.stored
-            if (stored is not None and not tensor.parts and stored.data_type.fixed_width
-                    and stored.data_type is not dtype_table.STRING):
+            stored = _plain(tensor)
+            if stored is not None:
                 found[name] = (self._data_path(stored.shard), stored.offset, stored.size, unmasked(stored.crc32c))
         return found
 
@@ -266,9 +274,9 @@ class BundleReader:
         """Whether :meth:`pieces` streams tensor ``name``: one stored run of fixed-width elements (not a
         partitioned or string tensor) in a data file read locally."""
         tensor = self._index.tensors[self._known(name)]
-        stored = tensor.stored
-        return (stored is not None and stored.data_type.fixed_width and stored.data_type is not dtype_table.STRING
-                and len(tensor.spec.shape) <= _NUMPY_MAX_DIMENSIONS and not hasattr(self._data_file(stored), "read_ranges"))
+        stored = _plain(tensor)
+        return (stored is not None and len(tensor.spec.shape) <= _NUMPY_MAX_DIMENSIONS
+                and not hasattr(self._data_file(stored), "read_ranges"))
 
     def pieces(self, name, buffers):
         """Yield the elements of tensor ``name`` (see :meth:`streamable`) in order, flat, in pieces, each
@@ -315,9 +323,8 @@ class BundleReader:
         run = []
         for name in names[at:]:
             tensor = self._index.tensors[self._known(name)]
-            stored = tensor.stored
-            if (stored is None or not stored.data_type.fixed_width or stored.data_type is dtype_table.STRING
-                    or len(tensor.spec.shape) > _NUMPY_MAX_DIMENSIONS or (run and stored.shard != run[0][1].shard)
+            stored = _plain(tensor)
+            if (stored is None or len(tensor.spec.shape) > _NUMPY_MAX_DIMENSIONS or (run and stored.shard != run[0][1].shard)
                     or not hasattr(self._data_file(stored), "read_ranges")):
                 break
             run.append((name, stored))
