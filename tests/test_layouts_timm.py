@@ -65,40 +65,50 @@ TF1_SCRIPT = textwrap.dedent("""
         model.compile(tf_keras.optimizers.legacy.Adam(1e-3),
                       tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.train_on_batch(x[:8], y[:8])
+        # the weights are set in numpy and written back all at once before each batch norm's input is computed:
+        # two callables, each built once (a session builds an executor for every new set of fetches and feeds)
+        weights = model.weights
+        values = dict(zip([w.ref() for w in weights], sess.run(weights)))
+        fed = [tf.compat.v1.placeholder(w.dtype.base_dtype, w.shape) for w in weights]
+        assign_all = sess.make_callable(tf.group(*[w.assign(p) for w, p in zip(weights, fed)]), feed_list=fed)
+        norms = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.BatchNormalization)]
+        inputs_of_norms = sess.make_callable([layer.input for layer in norms], feed_list=[model.input])
         for layer in model.layers:
             for variable in layer.weights:
-                base = variable.name.split(":")[0]
+                base, key = variable.name.split(":")[0], variable.ref()
                 if base == "normalization/mean":
-                    variable.load(np.float32(normalization[0]), sess)
+                    values[key] = np.float32(normalization[0]).reshape(values[key].shape)
                 elif base == "normalization/variance":
-                    variable.load(np.float32(normalization[1]), sess)
+                    values[key] = np.float32(normalization[1]).reshape(values[key].shape)
                 elif base.endswith("/bias"):
-                    variable.load(rng.normal(0, 0.2, variable.shape.as_list()).astype(np.float32), sess)
+                    values[key] = rng.normal(0, 0.2, variable.shape.as_list()).astype(np.float32)
                 elif base in ("predictions/kernel", "Logits/kernel"):  # logits of order 1, not 10
-                    variable.load(sess.run(variable) / 4, sess)
+                    values[key] = values[key] / 4
             if isinstance(layer, tf_keras.layers.BatchNormalization):
                 conv = layer._inbound_nodes[0].inbound_layers
-                kernel = conv.weights[0]
-                value = sess.run(kernel)
+                kernel = conv.weights[0].ref()
                 axis = 2 if isinstance(conv, tf_keras.layers.DepthwiseConv2D) else 3
-                scale = np.exp(rng.uniform(np.log(0.1), 0, value.shape[axis]))
-                kernel.load((value * scale.reshape([-1 if a == axis else 1 for a in range(4)])).astype(np.float32),
-                            sess)
+                scale = np.exp(rng.uniform(np.log(0.1), 0, values[kernel].shape[axis]))
+                values[kernel] = (values[kernel] * scale.reshape([-1 if a == axis else 1 for a in range(4)])
+                                  ).astype(np.float32)
                 # moving statistics near what reaches the batch norm (its input as the model computes it so
                 # far), so the activations stay in range; variances as small as the scaled kernels make them
-                seen = sess.run(layer.input, {model.input: x})
+                assign_all(*[values[w.ref()] for w in weights])
+                seen = inputs_of_norms(x)[norms.index(layer)]
                 mean, var = seen.mean(axis=(0, 1, 2)), seen.var(axis=(0, 1, 2))
                 n = mean.shape[0]
-                layer.moving_mean.load((mean + rng.normal(0, 0.1, n) * np.sqrt(var)).astype(np.float32), sess)
-                layer.moving_variance.load((var * rng.uniform(0.8, 1.25, n)).astype(np.float32), sess)
-                layer.gamma.load(rng.uniform(0.5, 1.5, n).astype(np.float32), sess)
-                layer.beta.load(rng.normal(0, 0.2, n).astype(np.float32), sess)
+                values[layer.moving_mean.ref()] = (mean + rng.normal(0, 0.1, n) * np.sqrt(var)).astype(np.float32)
+                values[layer.moving_variance.ref()] = (var * rng.uniform(0.8, 1.25, n)).astype(np.float32)
+                values[layer.gamma.ref()] = rng.uniform(0.5, 1.5, n).astype(np.float32)
+                values[layer.beta.ref()] = rng.normal(0, 0.2, n).astype(np.float32)
+        assign_all(*[values[w.ref()] for w in weights])
         os.makedirs(directory, exist_ok=True)
         tf.compat.v1.train.Saver().save(sess, os.path.join(directory, "model"), global_step=1)
         np.savez(os.path.join(directory, "expected.npz"), inputs=x, logits=model.predict(x, verbose=0))
     shapes = {}
     for key, name, kwargs in shapes_wanted:  # names and shapes only: every member of the families
         tf_keras.backend.clear_session()
+        tf_keras.backend.set_learning_phase(0)  # no training branch: each batch norm builds in half the time
         model = getattr(tf_keras.applications, name)(weights=None, **kwargs)
         shapes[key] = {w.name.split(":")[0]: w.shape.as_list() for w in model.weights}
     import tf_slim
