@@ -311,8 +311,8 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
         stopped = a.read_many(sorted(values))
         next(stopped)
         stopped.close()  # left early: what it read ahead is given back
-    assert reader_module._one_ahead.acquire(blocking=False)
-    reader_module._one_ahead.release()
+    assert reader_module._reading_ahead.acquire(blocking=False)
+    reader_module._reading_ahead.release()
     damaged = tf_bundle.write(tmp_path / "c", big_values())
     damage(damaged, "big/w", 5)
     with tf_bundle.BundleReader(damaged) as reader:
@@ -320,8 +320,39 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
         assert next(read)[0] == "small/b"
         with pytest.raises(CorruptCheckpointError, match="big/w"):  # the read ahead's error, in its turn
             next(read)
-    assert reader_module._one_ahead.acquire(blocking=False)
-    reader_module._one_ahead.release()
+    assert reader_module._reading_ahead.acquire(blocking=False)
+    reader_module._reading_ahead.release()
+
+
+def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more(monkeypatch):
+    from subsetsaver.formats.tf.bundle import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "AHEAD_AT_LEAST", 0)
+    sizes = [4, 1, 1, 1, 1, 4, 1]  # the largest holds 4: the four small ones fit while the first is held
+    pulled = []
+
+    def items():
+        for number in range(len(sizes)):
+            pulled.append(number)
+            yield number
+
+    def settled(count):
+        deadline = time.monotonic() + 10
+        while len(pulled) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # time to read further, were it allowed to
+        return list(pulled)
+
+    read = reader_module._read_ahead_of(items(), sizes)
+    assert next(read) == 0
+    assert settled(5) == [0, 1, 2, 3, 4]  # 1 + 1 + 1 + 1 ahead; the next 4 waits
+    assert [next(read) for _ in range(3)] == [1, 2, 3]
+    assert settled(5) == [0, 1, 2, 3, 4]  # one of 1 still ahead: 1 + 4 is over 4
+    assert next(read) == 4
+    assert settled(6) == [0, 1, 2, 3, 4, 5]  # nothing ahead: the 4 is read
+    assert list(read) == [5, 6]
+    assert reader_module._reading_ahead.acquire(blocking=False)
+    reader_module._reading_ahead.release()
 
 
 def test_equal_bytes_in_another_byte_order_are_measured_as_values():

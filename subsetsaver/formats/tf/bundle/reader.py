@@ -64,44 +64,81 @@ def _parsed_index(prefix, data) -> BundleIndex:
     return parse_index(prefix, read_table(data, fail))
 
 
-_one_ahead = threading.BoundedSemaphore(1)  # one tensor read ahead in the process: readers side by side share it
-
+_reading_ahead = threading.BoundedSemaphore(1)  # one reader reads ahead at a time: readers side by side share it
+AHEAD_AT_LEAST = 16 << 20
+"""Bytes that :meth:`BundleReader.read_many` may read ahead even when every tensor is smaller."""
 
 _END = object()
 
 
-def _one_ahead_of(items):
-    """Yield what the iterator ``items`` yields, its next item taken on the read-ahead thread while the
-    caller has this one, when no other item is being read ahead in the process (else on the caller's
-    thread, in turn). An error comes in its turn; leaving early gives the slot back."""
-    iterator, ahead = iter(items), None
-    try:
+class _Failed:
+    """An error the read-ahead met, raised when its turn comes."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _read_ahead_of(items, sizes):
+    """Yield what the iterator ``items`` yields (each item's bytes in ``sizes``, in order), read on the
+    read-ahead thread while the caller has earlier ones, as many as the largest item's bytes hold (at least
+    :data:`AHEAD_AT_LEAST`): with the caller's own, two of the largest at most. While another reader in the
+    process reads ahead, this one reads on the caller's thread. An error comes in its turn; leaving early
+    stops the thread and gives the slot back.
+
+    >>> list(_read_ahead_of(iter('abc'), [1, 1, 1]))
+    ['a', 'b', 'c']
+    """
+    iterator, sizes = iter(items), list(sizes)
+    if not _reading_ahead.acquire(blocking=False):
+        yield from iterator
+        return
+    budget = max([AHEAD_AT_LEAST, *sizes])
+    taken = threading.Condition()
+    read, held, stopped = collections.deque(), [0], [False]
+
+    def read_ahead():  # on the read-ahead thread, until the iterator ends or fails
+        remaining = iter(sizes)
         while True:
-            if ahead is None:
+            size = next(remaining, 0)
+            with taken:
+                taken.wait_for(lambda size=size: stopped[0] or held[0] + size <= budget)
+                if stopped[0]:
+                    return
+            try:
                 item = next(iterator, _END)
-            else:
-                taken, ahead = ahead, None
-                item = _taken(taken)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller, in its turn
+                item = _Failed(error)
+            with taken:
+                read.append((item, size))
+                held[0] += size
+                taken.notify_all()
+            if item is _END or isinstance(item, _Failed):
+                return
+
+    reading = None
+    try:
+        reading = _read_ahead().submit(read_ahead)
+        while True:
+            with taken:
+                taken.wait_for(lambda: read)
+                item, size = read.popleft()
+                held[0] -= size  # the caller's now
+                taken.notify_all()
             if item is _END:
                 return
-            if _one_ahead.acquire(blocking=False):
-                ahead = _read_ahead().submit(next, iterator, _END)
+            if isinstance(item, _Failed):
+                raise item.error
             yield item
-            del item  # the caller's alone: with the one read ahead, two tensors in memory
+            del item  # the caller's alone
     finally:
-        if ahead is not None:
-            ahead.cancel() or ahead.exception()  # the file stays open until the read ahead is done with it
-            _one_ahead.release()
+        with taken:
+            stopped[0] = True
+            taken.notify_all()
+        if reading is not None:
+            reading.exception()  # the file stays open until the read ahead is done with it
+        _reading_ahead.release()
         if hasattr(iterator, "close"):
             iterator.close()  # its requests still in flight are cancelled now, not when it is collected
-
-
-def _taken(ahead):
-    """The value read ahead, handed over (the process may read another ahead), or its error."""
-    try:
-        return ahead.result()
-    finally:
-        _one_ahead.release()
 
 
 def _plain(tensor):
@@ -114,7 +151,7 @@ def _plain(tensor):
 
 
 def _read_ahead():
-    """The one thread that reads the next tensor of :meth:`BundleReader.read_many` ahead of the caller."""
+    """The one thread that reads the next tensors of :meth:`BundleReader.read_many` ahead of the caller."""
     return workers.shared_pool("subsetsaver-read", 1)
 
 
@@ -239,13 +276,15 @@ class BundleReader:
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
         ``names`` are requested together: neighbours in one request, several requests in flight. The next
-        tensor is read (fetched, checksummed) on a background thread while the caller has this one: one such
-        tensor in the process, so a reader beside another that has one reads in turn.
+        tensors are read (fetched, checksummed) on a background thread while the caller has this one, as many
+        as the largest tensor's bytes hold; one reader in the process reads ahead, others read in turn.
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
         """
-        return _one_ahead_of(self._read_in_order(list(names)))
+        names = list(names)
+        sizes = [self.specs[name].nbytes if name in self.specs else 0 for name in names]  # unknown: fails in turn
+        return _read_ahead_of(self._read_in_order(names), sizes)
 
     def _read_in_order(self, names):
         at = 0
