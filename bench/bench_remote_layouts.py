@@ -10,6 +10,10 @@ over the get's (every byte of the objects per second), and the two wall times. A
 ratio over the transfer alone: the bytes the relay passed per second from the server's first byte to its last,
 as the relay saw them; the conversion's start-up before its first request, and what is left of its check of
 the output after the last byte (each stage is read back from the disk as it is written), fall outside it.
+A third line is the physical reference for the disk: the time this process takes to write as many bytes as
+the conversion fetched through the library's own writer (past the page cache, each stage read back from
+the disk, fsynced, renamed), in each run between the two sides, and the throughput a conversion would have
+if it took only that long. The get writes into the page cache and reads nothing back.
 
 Run: ``python bench/bench_remote_layouts.py``.
 """
@@ -20,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +57,7 @@ def main():
         remote = place.url("model.ckpt-1")
         urls = [place.url(name) for name in sorted(os.listdir(local))]
         connected = dict(server.environ, BENCH_CONNECT="gs", BENCH_BUCKET=f"gs://{object_servers.BUCKET}")
-        ours, theirs, fetched, rates = [], [], [], []
+        ours, theirs, fetched, rates, disk = [], [], [], [], []
         for _ in range(RUNS):
             out = os.path.join(work, "hf")
             server.relay.reset()
@@ -65,17 +70,41 @@ def main():
             theirs.append(float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1]))
             rates.append(mine_rate / _transfer_rate(server.relay))
             shutil.rmtree(target)
+            disk.append(_write_and_read_back(work, fetched[-1]))
         mine, get, moved = statistics.median(ours), statistics.median(theirs), statistics.median(fetched)
         print(f"gs: convert --map t5-to-hf of a {total / 1e6:.0f} MB Mesh TensorFlow T5 (half Adafactor state): "
               f"fetched {moved / 1e6:.0f} MB in {mine:.2f} s (runs {', '.join(f'{s:.2f}' for s in ours)}); "
               f"fsspec get of the {len(urls)} objects {get:.2f} s (runs {', '.join(f'{s:.2f}' for s in theirs)}): "
               f"throughput {(moved / mine) / (total / get):.2f}x the get's, wall time {mine / get:.2f}x")
+        floor = statistics.median(disk)
+        print(f"disk: writing {moved / 1e6:.0f} MB as the writer does, read back from the disk, takes {floor:.2f} s "
+              f"(runs {', '.join(f'{s:.2f}' for s in disk)}): a conversion taking only that long would have "
+              f"{(moved / floor) / (total / get):.2f}x the get's throughput")
         print(f"gs: the same, bytes per second of the transfer alone (the server's first byte to its last, at the "
               f"relay): {statistics.median(rates):.2f}x the get's (runs {', '.join(f'{r:.2f}' for r in rates)})")
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_and_read_back(work, nbytes) -> float:
+    """Seconds to write ``nbytes`` to a new file in ``work`` through the library's writer, each stage read back from
+    the disk as the conversion's output is (its checksums kept, as the conversion's check keeps them)."""
+    import numpy as np
+
+    from subsetsaver import storage
+    from subsetsaver.formats.landed_checksums import LandedChecksums
+
+    stage = np.random.default_rng(0).integers(0, 256, 4 << 20, dtype=np.uint8)
+    path = os.path.join(work, "disk.bin")
+    start = time.perf_counter()
+    with storage.reporting_landed(LandedChecksums()), storage.replacing(path) as sink:
+        for offset in range(0, nbytes, len(stage)):
+            sink.write(stage[:nbytes - offset])
+    seconds = time.perf_counter() - start
+    os.remove(path)
+    return seconds
 
 
 def _transfer_rate(relay) -> float:
