@@ -324,10 +324,9 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
     reader_module._reading_ahead.release()
 
 
-def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more(monkeypatch):
+def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more():
     from subsetsaver.formats.tf.bundle import reader as reader_module
 
-    monkeypatch.setattr(reader_module, "AHEAD_AT_LEAST", 0)
     sizes = [4, 1, 1, 1, 1, 4, 1]  # the largest holds 4: the four small ones fit while the first is held
     pulled = []
 

@@ -65,8 +65,6 @@ def _parsed_index(prefix, data) -> BundleIndex:
 
 
 _reading_ahead = threading.BoundedSemaphore(1)  # one reader reads ahead at a time: readers side by side share it
-AHEAD_AT_LEAST = 16 << 20
-"""Bytes that :meth:`BundleReader.read_many` may read ahead even when every tensor is smaller."""
 
 _END = object()
 
@@ -80,10 +78,10 @@ class _Failed:
 
 def _read_ahead_of(items, sizes):
     """Yield what the iterator ``items`` yields (each item's bytes in ``sizes``, in order), read on the
-    read-ahead thread while the caller has earlier ones, as many as the largest item's bytes hold (at least
-    :data:`AHEAD_AT_LEAST`): with the caller's own, two of the largest at most. While another reader in the
-    process reads ahead, this one reads on the caller's thread. An error comes in its turn; leaving early
-    stops the thread and gives the slot back.
+    read-ahead thread while the caller has earlier ones, as many as the largest item's bytes hold: with the
+    caller's own, two of the largest at most. While another reader in the process reads ahead, this one
+    reads on the caller's thread. An error comes in its turn; leaving early stops the thread and gives the
+    slot back.
 
     >>> list(_read_ahead_of(iter('abc'), [1, 1, 1]))
     ['a', 'b', 'c']
@@ -92,7 +90,7 @@ def _read_ahead_of(items, sizes):
     if not _reading_ahead.acquire(blocking=False):
         yield from iterator
         return
-    budget = max([AHEAD_AT_LEAST, *sizes])
+    budget = max(sizes, default=0)
     taken = threading.Condition()
     read, held, stopped = collections.deque(), [0], [False]
 
