@@ -4,16 +4,21 @@
 The checkpoint is a T5 v1.1 at about T5-small's widths (d_model 512, 6 + 6 layers, a 32k vocabulary) built,
 trained one Adafactor step and saved by Mesh TensorFlow's own code (``tests/mesh_t5.py save v1.1-bench``), with
 Adafactor's state unfactored: half of its bytes are state that the conversion never fetches. Each side is a
-whole child process, connected to the server before its clock starts; sides alternate, the line is the median
-of ``RUNS``. The line gives the conversion's throughput (the bytes it fetched per second of the whole command)
-over the get's (every byte of the objects per second), and the two wall times. A second line gives the same
-ratio over the transfer alone: the bytes the relay passed per second from the server's first byte to its last,
-as the relay saw them; the conversion's start-up before its first request, and what is left of its check of
-the output after the last byte (each stage is read back from the disk as it is written), fall outside it.
-A third line is the physical reference for the disk: the time this process takes to write as many bytes as
-the conversion fetched through the library's own writer (past the page cache, each stage read back from
-the disk, fsynced, renamed), in each run between the two sides, and the throughput a conversion would have
-if it took only that long. The get writes into the page cache and reads nothing back.
+whole child process, connected to the server before its clock starts; sides alternate, each figure is the median
+of ``RUNS``.
+
+Two servers hold the checkpoint, as ``bench_remote.py`` has them. The times are taken against one the clients
+reach directly. The bytes are counted on one behind the tests' relay: a Python process on this machine's cores
+that copies every byte, so it takes CPU time from whichever side works hardest, and that is the conversion. The
+first line gives the conversion's throughput (the bytes it fetched per second of the whole command) over the
+get's (every byte of the objects per second), and the two wall times. The second line is the physical reference
+for the disk: the time this process takes to write as many bytes as the conversion fetched through the library's
+own writer (past the page cache, each stage read back from the disk, fsynced, renamed), in each run between the
+two sides, and the throughput a conversion would have if it took only that long. The get writes into the page
+cache and reads nothing back. The third line gives the same two sides timed through the relay, over the whole
+command and over the transfer alone: the bytes the relay passed per second from the server's first byte to its
+last, as the relay saw them; the conversion's start-up before its first request, and what is left of its check
+of the output after the last byte (each stage is read back from the disk as it is written), fall outside it.
 
 Run: ``python bench/bench_remote_layouts.py``.
 """
@@ -40,7 +45,7 @@ RUNS = int(os.environ.get("SUBSETSAVER_BENCH_RUNS", "3"))
 
 def main():
     work = tempfile.mkdtemp(prefix="bench-remote-layouts-")
-    server = None
+    servers = []
     try:
         local = os.path.join(work, "t5")
         os.makedirs(local)
@@ -48,44 +53,70 @@ def main():
                        check=True, capture_output=True, timeout=3600)
         os.remove(os.path.join(local, "outputs.npz"))
         total = sum(os.path.getsize(os.path.join(local, name)) for name in os.listdir(local))
-        server = object_servers.start_fake_gcs(relayed=True)
-        os.environ.update(server.environ)
+        for relayed in (True, False):
+            servers.append(object_servers.start_fake_gcs(relayed=relayed))
+        counting, direct = servers
         import fsspec
 
-        fsspec.filesystem("gs", skip_instance_cache=True).mkdir(object_servers.BUCKET)
-        place = upload(server, local)
-        remote = place.url("model.ckpt-1")
-        urls = [place.url(name) for name in sorted(os.listdir(local))]
-        connected = dict(server.environ, BENCH_CONNECT="gs", BENCH_BUCKET=f"gs://{object_servers.BUCKET}")
-        ours, theirs, fetched, rates, disk = [], [], [], [], []
+        sides = {}
+        for server in servers:
+            os.environ.update(server.environ)
+            fsspec.filesystem("gs", skip_instance_cache=True).mkdir(object_servers.BUCKET)
+            place = upload(server, local)
+            sides[server] = (place.url("model.ckpt-1"), [place.url(name) for name in sorted(os.listdir(local))])
+        timed = {server: ([], []) for server in servers}
+        fetched, rates, disk = [], [], []
         for _ in range(RUNS):
-            out = os.path.join(work, "hf")
-            server.relay.reset()
-            ours.append(command(["convert", remote, out, "--map", "t5-to-hf", "--force"], connected)["seconds"])
-            fetched.append(server.relay.received)
-            mine_rate = _transfer_rate(server.relay)
-            shutil.rmtree(out)
-            target = tempfile.mkdtemp(dir=work)
-            server.relay.reset()
-            theirs.append(float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1]))
-            rates.append(mine_rate / _transfer_rate(server.relay))
-            shutil.rmtree(target)
+            for server in servers:
+                counting.relay.reset()
+                ours, theirs = timed[server]
+                ours.append(_convert(server, sides[server][0], work))
+                if server is counting:
+                    fetched.append(counting.relay.received)
+                    mine_rate = _transfer_rate(counting.relay)
+                    counting.relay.reset()
+                theirs.append(_get(server, sides[server][1], work))
+                if server is counting:
+                    rates.append(mine_rate / _transfer_rate(counting.relay))
             disk.append(_write_and_read_back(work, fetched[-1]))
-        mine, get, moved = statistics.median(ours), statistics.median(theirs), statistics.median(fetched)
+        moved = statistics.median(fetched)
+        mine, get = (statistics.median(times) for times in timed[direct])
         print(f"gs: convert --map t5-to-hf of a {total / 1e6:.0f} MB Mesh TensorFlow T5 (half Adafactor state): "
-              f"fetched {moved / 1e6:.0f} MB in {mine:.2f} s (runs {', '.join(f'{s:.2f}' for s in ours)}); "
-              f"fsspec get of the {len(urls)} objects {get:.2f} s (runs {', '.join(f'{s:.2f}' for s in theirs)}): "
-              f"throughput {(moved / mine) / (total / get):.2f}x the get's, wall time {mine / get:.2f}x")
+              f"fetched {moved / 1e6:.0f} MB in {mine:.2f} s (runs {_runs(timed[direct][0])}); fsspec get of the "
+              f"{len(sides[direct][1])} objects {get:.2f} s (runs {_runs(timed[direct][1])}): throughput "
+              f"{(moved / mine) / (total / get):.2f}x the get's, wall time {mine / get:.2f}x")
         floor = statistics.median(disk)
         print(f"disk: writing {moved / 1e6:.0f} MB as the writer does, read back from the disk, takes {floor:.2f} s "
-              f"(runs {', '.join(f'{s:.2f}' for s in disk)}): a conversion taking only that long would have "
+              f"(runs {_runs(disk)}): a conversion taking only that long would have "
               f"{(moved / floor) / (total / get):.2f}x the get's throughput")
-        print(f"gs: the same, bytes per second of the transfer alone (the server's first byte to its last, at the "
-              f"relay): {statistics.median(rates):.2f}x the get's (runs {', '.join(f'{r:.2f}' for r in rates)})")
+        mine, get = (statistics.median(times) for times in timed[counting])
+        print(f"gs, through the counting relay: the conversion {mine:.2f} s (runs {_runs(timed[counting][0])}), the "
+              f"get {get:.2f} s (runs {_runs(timed[counting][1])}): throughput {(moved / mine) / (total / get):.2f}x "
+              f"the get's; over the transfer alone (the server's first byte to its last, at the relay) "
+              f"{statistics.median(rates):.2f}x (runs {', '.join(f'{r:.2f}' for r in rates)})")
     finally:
-        if server is not None:
+        for server in servers:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _convert(server, remote, work) -> float:
+    out = os.path.join(work, "hf")
+    connected = dict(server.environ, BENCH_CONNECT="gs", BENCH_BUCKET=f"gs://{object_servers.BUCKET}")
+    seconds = command(["convert", remote, out, "--map", "t5-to-hf", "--force"], connected)["seconds"]
+    shutil.rmtree(out)
+    return seconds
+
+
+def _get(server, urls, work) -> float:
+    target = tempfile.mkdtemp(dir=work)
+    seconds = float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1])
+    shutil.rmtree(target)
+    return seconds
+
+
+def _runs(seconds) -> str:
+    return ", ".join(f"{s:.2f}" for s in seconds)
 
 
 def _write_and_read_back(work, nbytes) -> float:
