@@ -67,17 +67,15 @@ def main():
         timed = {server: ([], []) for server in servers}
         fetched, rates, disk = [], [], []
         for _ in range(RUNS):
-            for server in servers:
-                counting.relay.reset()
-                ours, theirs = timed[server]
-                ours.append(_convert(server, sides[server][0], work))
-                if server is counting:
-                    fetched.append(counting.relay.received)
-                    mine_rate = _transfer_rate(counting.relay)
-                    counting.relay.reset()
-                theirs.append(_get(server, sides[server][1], work))
-                if server is counting:
-                    rates.append(mine_rate / _transfer_rate(counting.relay))
+            counting.relay.reset()
+            timed[counting][0].append(_convert(counting, sides[counting][0], work))
+            fetched.append(counting.relay.received)
+            mine_rate = _transfer_rate(counting.relay)
+            counting.relay.reset()
+            timed[counting][1].append(_get(counting, sides[counting][1], work))
+            rates.append(mine_rate / _transfer_rate(counting.relay))
+            timed[direct][0].append(_convert(direct, sides[direct][0], work))
+            timed[direct][1].append(_get(direct, sides[direct][1], work))
             disk.append(_write_and_read_back(work, fetched[-1]))
         moved = statistics.median(fetched)
         mine, get = (statistics.median(times) for times in timed[direct])
@@ -93,7 +91,7 @@ def main():
         print(f"gs, through the counting relay: the conversion {mine:.2f} s (runs {_runs(timed[counting][0])}), the "
               f"get {get:.2f} s (runs {_runs(timed[counting][1])}): throughput {(moved / mine) / (total / get):.2f}x "
               f"the get's; over the transfer alone (the server's first byte to its last, at the relay) "
-              f"{statistics.median(rates):.2f}x (runs {', '.join(f'{r:.2f}' for r in rates)})")
+              f"{statistics.median(rates):.2f}x (runs {_runs(rates)})")
     finally:
         for server in servers:
             server.stop()
@@ -115,8 +113,8 @@ def _get(server, urls, work) -> float:
     return seconds
 
 
-def _runs(seconds) -> str:
-    return ", ".join(f"{s:.2f}" for s in seconds)
+def _runs(figures) -> str:
+    return ", ".join(f"{figure:.2f}" for figure in figures)
 
 
 def _write_and_read_back(work, nbytes) -> float:
