@@ -127,17 +127,50 @@ def _private_attributes_read(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     own |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    own |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     return sorted((node.lineno, node.attr) for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                   and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
                   and node.attr not in own and node.attr not in FSSPEC_COROUTINES)
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "storage").glob("*.py")), ids=lambda p: p.name)
-def test_storage_reads_no_private_attribute_of_a_client_library(path):
-    """s3fs, gcsfs and aiobotocore change their private methods in any release: the storage room calls only
-    their public ones (and fsspec's documented coroutines)."""
+def _foreign_private_imports(path):
+    """``(line, dotted name)`` of each import in ``path`` of another library's private module or name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            dotted = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            dotted = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, name) for name in dotted if not name.startswith("subsetsaver")
+                  and any(part.startswith("_") and not part.startswith("__") for part in name.split("."))]
+    return found
+
+
+FILE_SIDE = sorted([*(PACKAGE / "storage").rglob("*.py"), *(PACKAGE / "formats").rglob("*.py")])
+
+
+@pytest.mark.parametrize("path", FILE_SIDE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_file_side_uses_only_public_apis_of_other_libraries(path):
+    """s3fs, gcsfs, aiobotocore, google-crc32c and the rest change their private modules and methods in any
+    release: storage and formats import none of them and call only public methods (and fsspec's documented
+    coroutines)."""
+    assert _foreign_private_imports(path) == []
     assert _private_attributes_read(path) == []
+
+
+FENCED_PRIVATE_IMPORTS = {
+    "selectors/re2_syntax.py": "Python's regex parser (re._parser): the standard library has no public parse tree",
+}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_other_module_imports_a_private_module_of_another_library(path):
+    if str(path.relative_to(PACKAGE)) in FENCED_PRIVATE_IMPORTS:
+        return
+    assert _foreign_private_imports(path) == []
 
 
 # Imports of the package's own code inside a function, each with its reason.

@@ -9,7 +9,6 @@ streamed as read whole, and the answers a plain numpy comparison gives; ``averag
 bits streamed as read whole, and those of its rule computed by plain numpy.
 """
 
-import importlib.metadata
 import math
 import os
 import shutil
@@ -361,15 +360,34 @@ def test_equal_bytes_in_another_byte_order_are_measured_as_values():
     assert diff_module._measure(little, little.astype(">f4"), 0, 0) == ("equal", 0.0, 0.0, 0.0)
 
 
-def test_crc32c_runs_in_the_c_library_and_without_it(monkeypatch):
+def test_crc32c_reads_a_buffer_in_place_a_piece_at_a_time_through_the_public_extend(monkeypatch):
     data = np.random.default_rng(1).integers(0, 256, (5 << 20) + 1, dtype=np.uint8)
     expected = google_crc32c.value(data.tobytes())
-    if google_crc32c.implementation == "c":  # the build that ships the C library: the GIL-free call is there
-        release = importlib.metadata.version("google-crc32c")
-        assert checksums._c_extend() is not None, (f"google-crc32c {release} no longer exposes crc32c_extend: "
-                                                   "update formats/wire/crc32c.py")
-    monkeypatch.setattr(checksums, "_c_extend", lambda: None)  # the pure-Python build: copied pieces
-    assert checksums.crc32c(data) == expected and checksums.crc32c(data[:0]) == 0
+    real, given = google_crc32c.extend, []
+
+    def extend(crc, chunk):
+        given.append((type(chunk).__name__, len(chunk), isinstance(chunk, np.ndarray) and np.shares_memory(chunk, data)))
+        return real(crc, chunk)
+
+    monkeypatch.setattr(google_crc32c, "extend", extend)
+    assert checksums.crc32c(data) == expected
+    # The C build takes numpy's buffer as it is: a release that stops would show here as each piece copied too.
+    assert given == [("ndarray", checksums.PIECE_BYTES, True)] * 5 + [("ndarray", 1, True)]
+    assert checksums.crc32c(data[:0]) == 0 and checksums.crc32c(b"") == 0
+
+
+def test_crc32c_gives_a_build_that_takes_only_bytes_the_bytes(monkeypatch):
+    data = np.random.default_rng(2).integers(0, 256, (2 << 20) + 3, dtype=np.uint8)
+    real = google_crc32c.extend
+
+    def bytes_only(crc, chunk):
+        if not isinstance(chunk, bytes):
+            raise TypeError(f"argument 2 must be read-only bytes-like object, not {type(chunk).__name__}")
+        return real(crc, chunk)
+
+    monkeypatch.setattr(google_crc32c, "extend", bytes_only)
+    expected = google_crc32c.value(data.tobytes())
+    assert checksums.crc32c(data) == expected and checksums.crc32c(bytearray(data.tobytes())) == expected
 
 
 PIECE_STEP = 1 << 16  # bytes a buffer holds in the tests below: the BIG float32 elements are 192 pieces and a bit

@@ -4,9 +4,10 @@ TensorFlow never stores a raw CRC32C next to the bytes it covers (a CRC of data 
 contains CRCs is weak); it stores the *masked* value, rotated right by 15 bits plus a
 constant. Tables mask their block checksums, bundles the checksums of tensor bytes.
 
-A buffer is checksummed where it lies, without the GIL: ``google_crc32c`` releases it
-only for ``bytes``, so other buffers go straight to the C library it wraps (found through
-its extension module); without that library they are checksummed in copied pieces.
+A buffer is checksummed where it lies, through google_crc32c's public ``extend``: it takes a
+numpy array as it takes ``bytes``, without a copy, and holds the GIL while it runs on anything
+but ``bytes``. So a large buffer goes in pieces of :data:`PIECE_BYTES` (a tenth of a millisecond
+each), and the reading threads beside a checksum run between its pieces.
 :class:`RunningCrc` checksums the pieces of one tensor on a background thread while the
 next piece is read.
 
@@ -19,49 +20,37 @@ Example::
 """
 
 import concurrent.futures
-import ctypes
-import functools
 
 import google_crc32c
 
 from ... import workers
 
 MASK_DELTA = 0xA282EAD8
-_PIECE_BYTES = 4 << 20  # without the C library, a buffer is checksummed this many bytes (one copy) at a time
-
-
-# The one private API of another library the package calls, fenced here. The public ones cost more:
-# google_crc32c.extend takes only read-only bytes (a copy of every tensor, and the GIL held for it), and
-# the crc32c package, GIL-free on any buffer, imports importlib.metadata and with it the e-mail package
-# on every command (tests/test_imports.py keeps file commands free of it). A google_crc32c release without
-# this symbol falls back to the copied pieces below, and tests/test_verified_streams.py fails naming it.
-@functools.cache
-def _c_extend():
-    """``crc32c_extend(crc, address, count)`` of the C library google_crc32c wraps (called without the
-    GIL), or None where it is not there (the pure-Python build)."""
-    try:
-        from google_crc32c import _crc32c
-
-        extend = ctypes.CDLL(_crc32c.__file__).crc32c_extend
-    except (ImportError, OSError, AttributeError):
-        return None
-    extend.restype, extend.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
-    return extend
+PIECE_BYTES = 1 << 20
+"""Bytes checksummed with the GIL held at a time (about 0.1 ms at the C library's speed)."""
 
 
 def crc32c(buffer, crc=0) -> int:
     """The CRC32C of ``buffer`` (bytes or anything with the buffer protocol), extending ``crc``."""
     if isinstance(buffer, bytes):
         return google_crc32c.extend(crc, buffer)
-    view = memoryview(buffer).cast("B")
-    extend = _c_extend()
-    if extend is not None and len(view):
-        import numpy as np
+    import numpy as np
 
-        return extend(crc, np.frombuffer(view, dtype=np.uint8).ctypes.data, len(view))  # view keeps it alive
-    for start in range(0, len(view), _PIECE_BYTES):
-        crc = google_crc32c.extend(crc, bytes(view[start:start + _PIECE_BYTES]))
+    data = np.frombuffer(memoryview(buffer).cast("B"), dtype=np.uint8)  # a view: nothing is copied
+    for start in range(0, len(data), PIECE_BYTES):
+        crc = _extend(crc, data[start:start + PIECE_BYTES])
     return crc
+
+
+def _extend(crc, piece) -> int:
+    """``google_crc32c.extend`` of a numpy piece, which it reads in place; a build that takes only ``bytes``
+    (the pure-Python one, or a future release) is given the piece's bytes."""
+    if google_crc32c.implementation == "c":
+        try:
+            return google_crc32c.extend(crc, piece)
+        except TypeError:
+            pass
+    return google_crc32c.extend(crc, piece.tobytes())
 
 
 class RunningCrc:
