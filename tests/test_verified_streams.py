@@ -9,6 +9,7 @@ streamed as read whole, and the answers a plain numpy comparison gives; ``averag
 bits streamed as read whole, and those of its rule computed by plain numpy.
 """
 
+import itertools
 import math
 import os
 import shutil
@@ -351,6 +352,65 @@ def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more(
     assert list(read) == [5, 6]
     assert reader_module._reading_ahead.acquire(blocking=False)
     reader_module._reading_ahead.release()
+
+
+def test_a_local_file_is_read_one_tensor_ahead_and_a_bucket_as_far_as_its_cap(tmp_path, monkeypatch):
+    import fsspec
+
+    from subsetsaver.formats.tf.bundle import reader as reader_module
+
+    values = {name: np.full(1000, index, np.float32) for index, name in enumerate("abc")}
+    prefix = tf_bundle.write(tmp_path / "model", values)
+    bucket = fsspec.filesystem("memory")
+    for name in os.listdir(tmp_path):
+        bucket.put_file(str(tmp_path / name), f"memory://ahead/{name}")
+    real, asked = reader_module._read_ahead_of, []
+
+    def read_ahead_of(items, sizes, most):
+        asked.append(most)
+        return real(items, sizes, most)
+
+    monkeypatch.setattr(reader_module, "_read_ahead_of", read_ahead_of)
+    for where in (prefix, "memory://ahead/model"):
+        with tf_bundle.BundleReader(where) as reader:
+            assert [value[0] for _, value in reader.read_many("abc")] == [0, 1, 2]
+    assert asked == [0, reader_module.READ_AHEAD_BYTES]
+
+
+def test_read_ahead_stops_at_its_byte_cap_and_still_reads_one_larger_tensor():
+    from subsetsaver.formats.tf.bundle import reader as reader_module
+
+    sizes = [4, 1, 1, 1, 4, 1]  # ahead of the caller: two of 1, not three; a 4 once nothing is ahead
+    pulled = []
+
+    def items():
+        for number in range(len(sizes)):
+            pulled.append(number)
+            yield number
+
+    def settled(count):
+        deadline = time.monotonic() + 10
+        while len(pulled) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # time to read further, were it allowed to
+        return list(pulled)
+
+    read = reader_module._read_ahead_of(items(), sizes, most=2)
+
+    def take(count):  # on a thread of its own: a read-ahead that waits for ever fails here, not hangs the run
+        got = []
+        taker = threading.Thread(target=lambda: got.extend(itertools.islice(read, count)), daemon=True)
+        taker.start()
+        taker.join(10)
+        return got
+
+    assert take(1) == [0]  # the 4, over the cap, read with nothing ahead
+    assert settled(3) == [0, 1, 2]  # 1 + 1 ahead: the cap
+    assert take(2) == [1, 2]
+    assert settled(4) == [0, 1, 2, 3]  # the last 1: the 4 after it is over the cap beside it
+    assert take(1) == [3]
+    assert settled(5) == [0, 1, 2, 3, 4]  # nothing ahead: the 4 is read although it is over the cap
+    assert take(3) == [4, 5]
 
 
 def test_equal_bytes_in_another_byte_order_are_measured_as_values():

@@ -65,6 +65,11 @@ def _parsed_index(prefix, data) -> BundleIndex:
 
 
 _reading_ahead = threading.BoundedSemaphore(1)  # one reader reads ahead at a time: readers side by side share it
+READ_AHEAD_BYTES = 64 << 20
+"""The most bytes a bucket's reader reads ahead of the caller's tensor (fewer where the largest tensor of the read
+holds fewer), past one tensor: while a large tensor is transformed and written, the ones after it keep arriving. A
+local file is read one tensor ahead: it comes at the disk's pace, and a conversion then peaks within its largest
+tensor and about 120 MB (``bench/bench_layouts.py``)."""
 
 _END = object()
 
@@ -76,12 +81,12 @@ class _Failed:
         self.error = error
 
 
-def _read_ahead_of(items, sizes):
+def _read_ahead_of(items, sizes, most=READ_AHEAD_BYTES):
     """Yield what the iterator ``items`` yields (each item's bytes in ``sizes``, in order), read on the
-    read-ahead thread while the caller has earlier ones, as many as the largest item's bytes hold: with the
-    caller's own, two of the largest at most. While another reader in the process reads ahead, this one
-    reads on the caller's thread. An error comes in its turn; leaving early stops the thread and gives the
-    slot back.
+    read-ahead thread while the caller has earlier ones: one item whatever its size, and more while the items
+    ahead hold no more bytes than the largest item, nor than ``most``. With the caller's own, two of the
+    largest at most. While another reader in the process reads ahead, this one reads on the
+    caller's thread. An error comes in its turn; leaving early stops the thread and gives the slot back.
 
     >>> list(_read_ahead_of(iter('abc'), [1, 1, 1]))
     ['a', 'b', 'c']
@@ -90,7 +95,7 @@ def _read_ahead_of(items, sizes):
     if not _reading_ahead.acquire(blocking=False):
         yield from iterator
         return
-    budget = max(sizes, default=0)
+    budget = min(max(sizes, default=0), most)
     taken = threading.Condition()
     read, held, stopped = collections.deque(), [0], [False]
 
@@ -99,7 +104,7 @@ def _read_ahead_of(items, sizes):
         while True:
             size = next(remaining, 0)
             with taken:
-                taken.wait_for(lambda size=size: stopped[0] or held[0] + size <= budget)
+                taken.wait_for(lambda size=size: stopped[0] or not held[0] or held[0] + size <= budget)
                 if stopped[0]:
                     return
             try:
@@ -274,15 +279,17 @@ class BundleReader:
 
         Where the data file is fetched in ranges (a bucket), the plain tensors that follow each other in
         ``names`` are requested together: neighbours in one request, several requests in flight. The next
-        tensors are read (fetched, checksummed) on a background thread while the caller has this one, as many
-        as the largest tensor's bytes hold; one reader in the process reads ahead, others read in turn.
+        tensors are read (fetched, checksummed) on a background thread while the caller has this one: from a
+        bucket, as many as the largest tensor's bytes hold, up to :data:`READ_AHEAD_BYTES`; from a local file,
+        one. One reader in the process reads ahead, others read in turn.
 
         dict(reader.read_many(['dense/b', 'dense/w']))['dense/b'].shape
         # (10,)
         """
         names = list(names)
         sizes = [self.specs[name].nbytes if name in self.specs else 0 for name in names]  # unknown: fails in turn
-        return _read_ahead_of(self._read_in_order(names), sizes)
+        ahead = 0 if storage.is_local(self.prefix) else READ_AHEAD_BYTES
+        return _read_ahead_of(self._read_in_order(names), sizes, ahead)
 
     def _read_in_order(self, names):
         at = 0
