@@ -166,8 +166,8 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
     prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
                        config_file], overwrite)
-    shards = shard_limit(max_shard_bytes) if layout.target_layout == "safetensors" else None
-    written = largest_first(plan, shards)
+    cut_at = shard_limit(max_shard_bytes) if layout.target_layout == "safetensors" else None  # one file: no cut
+    written = largest_first(plan, cut_at)
     stream = TensorStream(written.specs, written.stream(_read(source, written.source_names, choice)))
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
