@@ -34,11 +34,18 @@ def test_shards_are_cut_at_tensor_boundaries_as_save_pretrained_cuts_them():
     assert plan_shards(specs, 800, avoid_counts={3}) == [["a"], ["b"], ["c"], ["d"]]
 
 
-def _plan(sizes):
-    """A conversion plan of one single-target step per size (float32 elements), in that order."""
-    steps = [Step(rule=None, sources=(f"s{i}",), targets=(f"t{i}",), specs=(((size,), "float32"),))
-             for i, size in enumerate(sizes)]
+def _step(targets, size):
+    """A step writing ``targets``, each ``size`` float32 elements (several: a split)."""
+    return Step(rule=None, sources=("s",), targets=tuple(targets), specs=(((size,), "float32"),) * len(targets))
+
+
+def _plan(steps):
     return ConversionPlan(layout=None, steps=tuple(steps), dropped=(), unmapped=())
+
+
+def _one_each(sizes):
+    """A plan of one step per size, ``t0``, ``t1``, ... in that order."""
+    return _plan(_step([f"t{i}"], size) for i, size in enumerate(sizes))
 
 
 def _specs(plan):
@@ -46,7 +53,7 @@ def _specs(plan):
 
 
 def test_a_file_is_written_largest_tensor_first_ties_in_the_maps_order():
-    plan = _plan([10, 300, 1, 300, 50])
+    plan = _one_each([10, 300, 1, 300, 50])
     assert list(largest_first(plan).specs) == ["t1", "t3", "t4", "t0", "t2"]
     assert list(plan.specs) == ["t0", "t1", "t2", "t3", "t4"]  # the plan itself is left as it was
 
@@ -54,7 +61,7 @@ def test_a_file_is_written_largest_tensor_first_ties_in_the_maps_order():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 400), min_size=1, max_size=12), st.integers(1, 2000))
 def test_writing_largest_first_keeps_the_shards_save_pretrained_cuts_from_the_maps_order(sizes, limit):
-    plan = _plan(sizes)
+    plan = _one_each(sizes)
     ordered = largest_first(plan, limit)
     shards = plan_shards(_specs(plan), limit)
     assert plan_shards(_specs(ordered), limit) == [sorted(shard, key=list(ordered.specs).index) for shard in shards]
@@ -64,9 +71,7 @@ def test_writing_largest_first_keeps_the_shards_save_pretrained_cuts_from_the_ma
 
 
 def test_a_step_whose_tensors_fall_in_two_shards_keeps_the_maps_order():
-    split = Step(rule=None, sources=("s",), targets=("a", "b"), specs=(((100,), "float32"),) * 2)
-    plan = ConversionPlan(layout=None, steps=(*_plan([50]).steps, split, *_plan([0, 0, 300]).steps[2:]),
-                          dropped=(), unmapped=())
+    plan = _plan([_step(["t0"], 50), _step(["a", "b"], 100), _step(["t2"], 300)])
     assert plan_shards(_specs(plan), 700) == [["t0", "a"], ["b"], ["t2"]]
     assert largest_first(plan, 700) is plan
     assert list(largest_first(plan, 10**6).specs) == ["t2", "a", "b", "t0"]

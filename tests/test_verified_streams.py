@@ -324,32 +324,48 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
     reader_module._reading_ahead.release()
 
 
+class _WatchedReadAhead:
+    """``_read_ahead_of`` over items ``0, 1, ...`` of ``sizes``: which the read-ahead has pulled so far, and the
+    caller's takes, each on a thread of its own, so a read-ahead that waits for ever fails a test, not hangs it."""
+
+    def __init__(self, sizes, **caps):
+        from subsetsaver.formats.tf.bundle import reader as reader_module
+
+        self.pulled = []
+        self.read = reader_module._read_ahead_of(self._items(len(sizes)), sizes, **caps)
+
+    def _items(self, count):
+        for number in range(count):
+            self.pulled.append(number)
+            yield number
+
+    def settled(self, count):
+        """What was pulled once ``count`` items are, and a moment more to pull further, were it allowed to."""
+        deadline = time.monotonic() + 10
+        while len(self.pulled) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        return list(self.pulled)
+
+    def take(self, count):
+        got = []
+        taker = threading.Thread(target=lambda: got.extend(itertools.islice(self.read, count)), daemon=True)
+        taker.start()
+        taker.join(10)
+        return got
+
+
 def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more():
     from subsetsaver.formats.tf.bundle import reader as reader_module
 
-    sizes = [4, 1, 1, 1, 1, 4, 1]  # the largest holds 4: the four small ones fit while the first is held
-    pulled = []
-
-    def items():
-        for number in range(len(sizes)):
-            pulled.append(number)
-            yield number
-
-    def settled(count):
-        deadline = time.monotonic() + 10
-        while len(pulled) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)  # time to read further, were it allowed to
-        return list(pulled)
-
-    read = reader_module._read_ahead_of(items(), sizes)
-    assert next(read) == 0
-    assert settled(5) == [0, 1, 2, 3, 4]  # 1 + 1 + 1 + 1 ahead; the next 4 waits
-    assert [next(read) for _ in range(3)] == [1, 2, 3]
-    assert settled(5) == [0, 1, 2, 3, 4]  # one of 1 still ahead: 1 + 4 is over 4
-    assert next(read) == 4
-    assert settled(6) == [0, 1, 2, 3, 4, 5]  # nothing ahead: the 4 is read
-    assert list(read) == [5, 6]
+    watched = _WatchedReadAhead([4, 1, 1, 1, 1, 4, 1])  # the largest holds 4: the four small ones fit beside the first
+    assert watched.take(1) == [0]
+    assert watched.settled(5) == [0, 1, 2, 3, 4]  # 1 + 1 + 1 + 1 ahead; the next 4 waits
+    assert watched.take(3) == [1, 2, 3]
+    assert watched.settled(5) == [0, 1, 2, 3, 4]  # one of 1 still ahead: 1 + 4 is over 4
+    assert watched.take(1) == [4]
+    assert watched.settled(6) == [0, 1, 2, 3, 4, 5]  # nothing ahead: the 4 is read
+    assert watched.take(3) == [5, 6]
     assert reader_module._reading_ahead.acquire(blocking=False)
     reader_module._reading_ahead.release()
 
@@ -378,39 +394,14 @@ def test_a_local_file_is_read_one_tensor_ahead_and_a_bucket_as_far_as_its_cap(tm
 
 
 def test_read_ahead_stops_at_its_byte_cap_and_still_reads_one_larger_tensor():
-    from subsetsaver.formats.tf.bundle import reader as reader_module
-
-    sizes = [4, 1, 1, 1, 4, 1]  # ahead of the caller: two of 1, not three; a 4 once nothing is ahead
-    pulled = []
-
-    def items():
-        for number in range(len(sizes)):
-            pulled.append(number)
-            yield number
-
-    def settled(count):
-        deadline = time.monotonic() + 10
-        while len(pulled) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)  # time to read further, were it allowed to
-        return list(pulled)
-
-    read = reader_module._read_ahead_of(items(), sizes, most=2)
-
-    def take(count):  # on a thread of its own: a read-ahead that waits for ever fails here, not hangs the run
-        got = []
-        taker = threading.Thread(target=lambda: got.extend(itertools.islice(read, count)), daemon=True)
-        taker.start()
-        taker.join(10)
-        return got
-
-    assert take(1) == [0]  # the 4, over the cap, read with nothing ahead
-    assert settled(3) == [0, 1, 2]  # 1 + 1 ahead: the cap
-    assert take(2) == [1, 2]
-    assert settled(4) == [0, 1, 2, 3]  # the last 1: the 4 after it is over the cap beside it
-    assert take(1) == [3]
-    assert settled(5) == [0, 1, 2, 3, 4]  # nothing ahead: the 4 is read although it is over the cap
-    assert take(3) == [4, 5]
+    watched = _WatchedReadAhead([4, 1, 1, 1, 4, 1], most=2)  # ahead: two of 1, not three; a 4 once nothing is ahead
+    assert watched.take(1) == [0]  # the 4, over the cap, read with nothing ahead
+    assert watched.settled(3) == [0, 1, 2]  # 1 + 1 ahead: the cap
+    assert watched.take(2) == [1, 2]
+    assert watched.settled(4) == [0, 1, 2, 3]  # the last 1: the 4 after it is over the cap beside it
+    assert watched.take(1) == [3]
+    assert watched.settled(5) == [0, 1, 2, 3, 4]  # nothing ahead: the 4 is read although it is over the cap
+    assert watched.take(3) == [4, 5]
 
 
 def test_equal_bytes_in_another_byte_order_are_measured_as_values():
