@@ -196,16 +196,26 @@ def test_every_transform_moves_values_along_the_axes_it_names(transforms, expect
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (16, 1024), (17, 1025), (40, 4096), (7, 4097), (0, 9), (9, 0)])
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool"])
-def test_a_matrix_transposed_in_tiles_is_numpys_transpose(shape, dtype):
-    """Matrices up to 4,096 columns are copied tile by tile: edges that do not fill a tile, empty ones and
-    every element width come out as numpy's own transpose, C-ordered."""
-    matrix = (np.arange(np.prod(shape)).reshape(shape) % 251).astype(dtype)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "bool", "complex128"])
+def test_a_matrix_transposed_in_bands_is_numpys_transpose(shape, dtype):
+    """Matrices up to 4,096 columns are copied band by band: rows that do not fill a band, empty matrices and
+    every element width come out as numpy's own transpose, C-ordered; so does a matrix in Fortran order."""
+    import ml_dtypes
+
+    matrix = (np.arange(np.prod(shape)).reshape(shape) % 251).astype(getattr(ml_dtypes, dtype, dtype))
     result = apply_all(parse_transforms(["transpose"]), matrix[::1])
     assert result.flags.c_contiguous and result.dtype == matrix.dtype and result.shape == shape[::-1]
     assert result.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
     strided = apply_all(parse_transforms([{"transpose": [1, 0]}]), np.asfortranarray(matrix))
     assert strided.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+
+
+def test_a_transpose_moves_every_bit_nan_payloads_too():
+    """The bands move as unsigned integers: a signalling NaN with a payload comes out as it went in."""
+    bits = np.full((48, 40), 0x7FA00001, dtype=np.uint32)
+    bits[5, 7] = 0xFFC00002  # a quiet NaN with its sign and another payload
+    result = apply_all(parse_transforms(["transpose"]), bits.view(np.float32))
+    assert result.view(np.uint32).tobytes() == np.ascontiguousarray(bits.T).tobytes()
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
