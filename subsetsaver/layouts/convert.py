@@ -23,7 +23,7 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
-from .. import storage
+from .. import storage, workers
 from ..catalog import choose_weights, classes_note
 from ..errors import Fix, LayoutMapError, WeightsChoiceError
 from ..formats import safetensors
@@ -49,6 +49,12 @@ from .transforms import Transform
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
 MAX_LABELS_BYTES = 16 * 1024 * 1024
+TRANSFORM_AHEAD_BYTES = 64 << 20
+"""From a bucket, the next target tensors (two at most, and no more bytes than this) are made, read and
+transformed, on a thread of their own while the one before them is written: the writer then does not wait for
+a transpose while the network keeps sending (``bench/bench_remote_layouts.py``). A larger one is made when the
+writer asks for it. A local source is made in turn: it comes at the disk's pace, and memory stays lower."""
+TRANSFORMED_AHEAD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +174,12 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
                        config_file], overwrite)
     cut_at = shard_limit(max_shard_bytes) if layout.target_layout == "safetensors" else None  # one file: no cut
     written = largest_first(plan, cut_at)
-    stream = TensorStream(written.specs, written.stream(_read(source, written.source_names, choice)))
+    tensors = written.stream(_read(source, written.source_names, choice))
+    if not storage.is_local(source):
+        sizes = [nbytes(shape, dtype) for shape, dtype in written.specs.values()]
+        tensors = workers.ahead(tensors, sizes, "subsetsaver-transform", budget=TRANSFORM_AHEAD_BYTES,
+                                most_items=TRANSFORMED_AHEAD, at_least_one=False)
+    stream = TensorStream(written.specs, tensors)
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
                                             max_shard_bytes=max_shard_bytes, overwrite=overwrite)
