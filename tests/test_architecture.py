@@ -35,7 +35,7 @@ ALLOWED = {
     "training": {"graph_mode", "errors", "storage", "formats", "audit", "planning", "lazy_exports"},
     "tools": {"errors", "storage", "formats", "catalog", "selectors", "planning", "lazy_exports"},
     "draw": {"errors", "catalog", "selectors", "audit", "planning", "lazy_exports"},
-    "layouts": {"bounded_json", "errors", "storage", "formats", "catalog", "selectors", "lazy_exports", "workers"},
+    "layouts": {"bounded_json", "errors", "storage", "formats", "catalog", "selectors", "lazy_exports"},
     "keras": {"graph_mode", "bounded_json", "errors", "tf_internals", "storage", "formats", "catalog", "selectors",
               "planning", "portable", "lazy_exports"},
     "cli": {"bounded_json", "errors", "storage", "formats", "catalog", "selectors", "audit", "planning", "portable", "tools", "draw",

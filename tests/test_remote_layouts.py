@@ -38,32 +38,3 @@ def test_a_bucket_checkpoint_converts_fetching_only_the_kept_bytes(server_store,
     (_, fused), = safetensors.read(str(tmp_path / "hf" / weight_map["h.1.attn.c_attn.weight"]),
                                    ["h.1.attn.c_attn.weight"])
     assert fused.tobytes() == arrays["model/h1/attn/c_attn/w"][0].tobytes()
-
-
-def test_from_a_bucket_the_next_tensors_are_made_on_a_thread_of_their_own_and_locally_in_turn(tmp_path, monkeypatch):
-    """While a bucket's tensor is written, the next ones are read and transformed on the transform thread; a local
-    checkpoint's are made on the caller's thread, so memory stays lower. The files are the same bytes."""
-    import threading
-
-    import fsspec
-
-    from subsetsaver.layouts import engine
-
-    checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2", layers=2, width=16)
-    bucket = fsspec.filesystem("memory")
-    for name in os.listdir(tmp_path / "gpt2"):
-        bucket.put_file(str(tmp_path / "gpt2" / name), f"memory://transform-ahead/{name}")
-    real, threads = engine.apply_all, []
-
-    def apply_all(transforms, array):
-        threads.append(threading.current_thread().name)
-        return real(transforms, array)
-
-    monkeypatch.setattr(engine, "apply_all", apply_all)
-    ss.convert(checkpoint, tmp_path / "local", map="gpt2-to-hf")
-    assert set(threads) == {threading.current_thread().name}
-    threads.clear()
-    ss.convert("memory://transform-ahead/model.ckpt", tmp_path / "bucket", map="gpt2-to-hf")
-    assert set(threads) == {"subsetsaver-transform"} and len(threads) == 4 + 2 * 12
-    assert (tmp_path / "bucket" / "model.safetensors").read_bytes() == \
-           (tmp_path / "local" / "model.safetensors").read_bytes()

@@ -9,6 +9,7 @@ streamed as read whole, and the answers a plain numpy comparison gives; ``averag
 bits streamed as read whole, and those of its rule computed by plain numpy.
 """
 
+import itertools
 import math
 import os
 import shutil
@@ -19,7 +20,6 @@ import google_crc32c
 import ml_dtypes
 import numpy as np
 import pytest
-from test_workers import WatchedAhead
 
 from subsetsaver.errors import CorruptCheckpointError
 from subsetsaver.formats.tf import bundle as tf_bundle
@@ -324,16 +324,41 @@ def test_read_many_reads_one_tensor_ahead_in_the_process_and_gives_it_back(tmp_p
     reader_module._reading_ahead.release()
 
 
-def _watched_read_ahead(sizes, **caps):
-    from subsetsaver.formats.tf.bundle import reader as reader_module
+class _WatchedReadAhead:
+    """``_read_ahead_of`` over items ``0, 1, ...`` of ``sizes``: which the read-ahead has pulled so far, and the
+    caller's takes, each on a thread of its own, so a read-ahead that waits for ever fails a test, not hangs it."""
 
-    return WatchedAhead(sizes, lambda items: reader_module._read_ahead_of(items, sizes, **caps))
+    def __init__(self, sizes, **caps):
+        from subsetsaver.formats.tf.bundle import reader as reader_module
+
+        self.pulled = []
+        self.read = reader_module._read_ahead_of(self._items(len(sizes)), sizes, **caps)
+
+    def _items(self, count):
+        for number in range(count):
+            self.pulled.append(number)
+            yield number
+
+    def settled(self, count):
+        """What was pulled once ``count`` items are, and a moment more to pull further, were it allowed to."""
+        deadline = time.monotonic() + 10
+        while len(self.pulled) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        return list(self.pulled)
+
+    def take(self, count):
+        got = []
+        taker = threading.Thread(target=lambda: got.extend(itertools.islice(self.read, count)), daemon=True)
+        taker.start()
+        taker.join(10)
+        return got
 
 
 def test_read_many_reads_ahead_as_many_tensors_as_the_largest_holds_and_no_more():
     from subsetsaver.formats.tf.bundle import reader as reader_module
 
-    watched = _watched_read_ahead([4, 1, 1, 1, 1, 4, 1])  # the largest holds 4: the four small ones fit beside the first
+    watched = _WatchedReadAhead([4, 1, 1, 1, 1, 4, 1])  # the largest holds 4: the four small ones fit beside the first
     assert watched.take(1) == [0]
     assert watched.settled(5) == [0, 1, 2, 3, 4]  # 1 + 1 + 1 + 1 ahead; the next 4 waits
     assert watched.take(3) == [1, 2, 3]
@@ -369,7 +394,7 @@ def test_a_local_file_is_read_one_tensor_ahead_and_a_bucket_as_far_as_its_cap(tm
 
 
 def test_read_ahead_stops_at_its_byte_cap_and_still_reads_one_larger_tensor():
-    watched = _watched_read_ahead([4, 1, 1, 1, 4, 1], most=2)  # ahead: two of 1, not three; a 4 once nothing is ahead
+    watched = _WatchedReadAhead([4, 1, 1, 1, 4, 1], most=2)  # ahead: two of 1, not three; a 4 once nothing is ahead
     assert watched.take(1) == [0]  # the 4, over the cap, read with nothing ahead
     assert watched.settled(3) == [0, 1, 2]  # 1 + 1 ahead: the cap
     assert watched.take(2) == [1, 2]
@@ -377,6 +402,17 @@ def test_read_ahead_stops_at_its_byte_cap_and_still_reads_one_larger_tensor():
     assert watched.take(1) == [3]
     assert watched.settled(5) == [0, 1, 2, 3, 4]  # nothing ahead: the 4 is read although it is over the cap
     assert watched.take(3) == [4, 5]
+
+
+def test_a_read_ahead_its_caller_never_closed_does_not_keep_the_process_from_exiting():
+    """The read-ahead thread has the next tensor and waits for the caller, who keeps the stream and exits."""
+    import subprocess
+    import sys
+
+    code = ("import itertools\nfrom subsetsaver.formats.tf.bundle import reader\n"
+            "kept = reader._read_ahead_of(itertools.count(), [1] * 10)\nprint(next(kept))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0\n", "")
 
 
 def test_equal_bytes_in_another_byte_order_are_measured_as_values():

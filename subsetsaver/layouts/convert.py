@@ -23,7 +23,7 @@ import dataclasses
 import os
 
 from .. import catalog as catalog_module
-from .. import storage, workers
+from .. import storage
 from ..catalog import choose_weights, classes_note
 from ..errors import Fix, LayoutMapError, WeightsChoiceError
 from ..formats import safetensors
@@ -41,12 +41,6 @@ from .transforms import Transform
 TF_PREFIX = "model.ckpt"
 """A TensorFlow target's prefix when its map names none (``"target": {"prefix": "bert_model.ckpt"}``)."""
 MAX_LABELS_BYTES = 16 * 1024 * 1024
-TRANSFORM_AHEAD_BYTES = 64 << 20
-"""From a bucket, the next target tensors (two at most, and no more bytes than this) are made, read and
-transformed, on a thread of their own while the one before them is written: the writer then does not wait for
-a transpose while the network keeps sending (``bench/bench_remote_layouts.py``). A larger one is made when the
-writer asks for it. A local source is made in turn: it comes at the disk's pace, and memory stays lower."""
-TRANSFORMED_AHEAD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,12 +158,7 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
     prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
                        config_file], overwrite)
-    tensors = plan.stream(_read(source, plan.source_names, choice))
-    if not storage.is_local(source):
-        sizes = [nbytes(shape, dtype) for shape, dtype in plan.specs.values()]
-        tensors = workers.ahead(tensors, sizes, "subsetsaver-transform", budget=TRANSFORM_AHEAD_BYTES,
-                                most_items=TRANSFORMED_AHEAD, at_least_one=False)
-    stream = TensorStream(plan.specs, tensors)
+    stream = TensorStream(plan.specs, plan.stream(_read(source, plan.source_names, choice)))
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
                                             max_shard_bytes=max_shard_bytes, overwrite=overwrite)

@@ -64,27 +64,85 @@ def _parsed_index(prefix, data) -> BundleIndex:
     return parse_index(prefix, read_table(data, fail))
 
 
-_READ_AHEAD = "subsetsaver-read"  # its thread reads ahead for one reader at a time; others read in turn
-_reading_ahead = workers.ahead_slot(_READ_AHEAD)
+_reading_ahead = threading.BoundedSemaphore(1)  # one reader reads ahead at a time: readers side by side share it
 READ_AHEAD_BYTES = 64 << 20
 """The most bytes a bucket's reader reads ahead of the caller's tensor (fewer where the largest tensor of the read
 holds fewer), past one tensor: while a large tensor is transformed and written, the ones after it keep arriving. A
 local file is read one tensor ahead: it comes at the disk's pace, and a conversion then peaks within its largest
 tensor and about 120 MB (``bench/bench_layouts.py``)."""
 
+_END = object()
+
+
+class _Failed:
+    """An error the read-ahead met, raised when its turn comes."""
+
+    def __init__(self, error):
+        self.error = error
+
 
 def _read_ahead_of(items, sizes, most=READ_AHEAD_BYTES):
     """Yield what the iterator ``items`` yields (each item's bytes in ``sizes``, in order), read on the
-    read-ahead thread while the caller has earlier ones (:func:`~subsetsaver.workers.ahead`): one item
-    whatever its size, and more while the items ahead hold no more bytes than the largest item, nor than
-    ``most``. With the caller's own, two of the largest at most. While another reader in the process reads
-    ahead, this one reads on the caller's thread.
+    read-ahead thread while the caller has earlier ones: one item whatever its size, and more while the items
+    ahead hold no more bytes than the largest item, nor than ``most``. With the caller's own, two of the
+    largest at most. While another reader in the process reads ahead, this one reads on the
+    caller's thread. An error comes in its turn; leaving early stops the thread and gives the slot back.
+    The thread is a daemon: a read its caller never closed does not keep the process from exiting.
 
     >>> list(_read_ahead_of(iter('abc'), [1, 1, 1]))
     ['a', 'b', 'c']
     """
-    sizes = list(sizes)
-    return workers.ahead(items, sizes, _READ_AHEAD, budget=min(max(sizes, default=0), most))
+    iterator, sizes = iter(items), list(sizes)
+    if not _reading_ahead.acquire(blocking=False):
+        yield from iterator
+        return
+    budget = min(max(sizes, default=0), most)
+    taken = threading.Condition()
+    read, held, stopped = collections.deque(), [0], [False]
+
+    def read_ahead():  # on the read-ahead thread, until the iterator ends or fails
+        remaining = iter(sizes)
+        while True:
+            size = next(remaining, 0)
+            with taken:
+                taken.wait_for(lambda size=size: stopped[0] or not held[0] or held[0] + size <= budget)
+                if stopped[0]:
+                    return
+            try:
+                item = next(iterator, _END)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller, in its turn
+                item = _Failed(error)
+            with taken:
+                read.append((item, size))
+                held[0] += size
+                taken.notify_all()
+            if item is _END or isinstance(item, _Failed):
+                return
+
+    reading = None
+    try:
+        reading = workers.detached(read_ahead, "subsetsaver-read")  # a daemon: an unclosed read never blocks exit
+        while True:
+            with taken:
+                taken.wait_for(lambda: read)
+                item, size = read.popleft()
+                held[0] -= size  # the caller's now
+                taken.notify_all()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+            del item  # the caller's alone
+    finally:
+        with taken:
+            stopped[0] = True
+            taken.notify_all()
+        if reading is not None:
+            reading.join()  # the file stays open until the read ahead is done with it
+        _reading_ahead.release()
+        if hasattr(iterator, "close"):
+            iterator.close()  # its requests still in flight are cancelled now, not when it is collected
 
 
 def _plain(tensor):
