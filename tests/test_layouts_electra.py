@@ -437,7 +437,7 @@ def test_a_generator_directory_converted_back_as_the_discriminator_names_the_oth
         "config needs: discriminator_predictions.dense.weight, discriminator_predictions.dense.bias, "
         "discriminator_predictions.dense_prediction.weight and 1 more; holds 5 tensors the map and config do not "
         "describe: "
-        "generator_predictions.dense.weight, generator_predictions.dense.bias, generator_predictions.LayerNorm.weight "
+        "generator_predictions.dense.weight, generator_lm_head.bias, generator_predictions.dense.bias "
         "and 2 more; convert a whole checkpoint of the family, or give the config that describes it with --config; "
         "drop the extra tensors in a copy of the map (its \"drop\"), or give them rules; or convert it as the "
         "generator or generator-untied-embeddings (--variant generator or --variant generator-untied-embeddings)\n")

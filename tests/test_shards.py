@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_layout_maps import gpt2_checkpoint
 
 import subsetsaver as ss
@@ -14,6 +16,8 @@ from subsetsaver import catalog
 from subsetsaver.formats import registry, safetensors
 from subsetsaver.formats.safetensors.sharded import plan_shards
 from subsetsaver.formats.tf import bundle
+from subsetsaver.layouts.engine import ConversionPlan, Step
+from subsetsaver.layouts.output import largest_first
 
 SHARD = "model-{:05d}-of-{:05d}.safetensors"
 
@@ -28,6 +32,57 @@ def test_shards_are_cut_at_tensor_boundaries_as_save_pretrained_cuts_them():
     assert plan_shards(specs, 800) == [["a", "b"], ["c"], ["d"]]  # c (1,200 bytes) is alone, past the limit
     assert plan_shards(specs, 10**6) == [["a", "b", "c", "d"]]
     assert plan_shards(specs, 800, avoid_counts={3}) == [["a"], ["b"], ["c"], ["d"]]
+
+
+def _step(targets, size):
+    """A step writing ``targets``, each ``size`` float32 elements (several: a split)."""
+    return Step(rule=None, sources=("s",), targets=tuple(targets), specs=(((size,), "float32"),) * len(targets))
+
+
+def _plan(steps):
+    return ConversionPlan(layout=None, steps=tuple(steps), dropped=(), unmapped=())
+
+
+def _one_each(sizes):
+    """A plan of one step per size, ``t0``, ``t1``, ... in that order."""
+    return _plan(_step([f"t{i}"], size) for i, size in enumerate(sizes))
+
+
+def _specs(plan):
+    return [(name, shape, dtype) for name, (shape, dtype) in plan.specs.items()]
+
+
+def test_a_file_is_written_largest_tensor_first_ties_in_the_maps_order():
+    plan = _one_each([10, 300, 1, 300, 50])
+    assert list(largest_first(plan).specs) == ["t1", "t3", "t4", "t0", "t2"]
+    assert list(plan.specs) == ["t0", "t1", "t2", "t3", "t4"]  # the plan itself is left as it was
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 400), min_size=1, max_size=12), st.integers(1, 2000))
+def test_writing_largest_first_keeps_the_shards_save_pretrained_cuts_from_the_maps_order(sizes, limit):
+    plan = _one_each(sizes)
+    ordered = largest_first(plan, limit)
+    shards = plan_shards(_specs(plan), limit)
+    assert plan_shards(_specs(ordered), limit) == [sorted(shard, key=list(ordered.specs).index) for shard in shards]
+    for shard in plan_shards(_specs(ordered), limit):
+        keys = [(-plan.specs[name][0][0], int(name[1:])) for name in shard]
+        assert keys == sorted(keys)  # largest first, ties in the map's order
+
+
+def test_a_step_whose_tensors_fall_in_two_shards_keeps_the_maps_order():
+    plan = _plan([_step(["t0"], 50), _step(["a", "b"], 100), _step(["t2"], 300)])
+    assert plan_shards(_specs(plan), 700) == [["t0", "a"], ["b"], ["t2"]]
+    assert largest_first(plan, 700) is plan
+    assert list(largest_first(plan, 10**6).specs) == ["t2", "a", "b", "t0"]
+
+
+def test_a_converted_file_holds_its_largest_tensors_first(tmp_path):
+    checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
+    report = ss.convert(checkpoint, tmp_path / "hf", map="gpt2-to-hf")
+    tensors, _, _ = safetensors.header(tmp_path / "hf" / "model.safetensors")
+    sizes = [end - begin for _, _, begin, end in tensors.values()]
+    assert sizes == sorted(sizes, reverse=True) and len(sizes) == len(report.rows) > 10
 
 
 @pytest.mark.parametrize("text, size", [("1GB", 10**9), ("500MB", 5 * 10**8), ("2GiB", 2 << 30), ("20KB", 20_000),

@@ -34,7 +34,15 @@ from .electra_config import check_electra_run, read_electra_config
 from .engine import plan_conversion
 from .maps import load_map
 from .members import pick_member
-from .output import TensorStream, huggingface_weights, nbytes, write_huggingface_weights, write_tf_checkpoint
+from .output import (
+    TensorStream,
+    huggingface_weights,
+    largest_first,
+    nbytes,
+    shard_limit,
+    write_huggingface_weights,
+    write_tf_checkpoint,
+)
 from .readings import read_values
 from .transforms import Transform
 
@@ -158,7 +166,9 @@ def convert(checkpoint, out_dir, map, config=None, *, variant=None, labels=None,
     prefix = storage.join(out_dir, layout.target.get("prefix", TF_PREFIX))
     _prepare(out_dir, [huggingface_weights(out_dir) if layout.target_layout == "safetensors" else prefix + ".index",
                        config_file], overwrite)
-    stream = TensorStream(plan.specs, plan.stream(_read(source, plan.source_names, choice)))
+    cut_at = shard_limit(max_shard_bytes) if layout.target_layout == "safetensors" else None  # one file: no cut
+    written = largest_first(plan, cut_at)
+    stream = TensorStream(written.specs, written.stream(_read(source, written.source_names, choice)))
     if layout.target_layout == "safetensors":
         weights = write_huggingface_weights(out_dir, stream, layout.target.get("metadata"),
                                             max_shard_bytes=max_shard_bytes, overwrite=overwrite)

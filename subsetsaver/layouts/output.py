@@ -6,7 +6,9 @@ write_checkpoint`): the output checked, the directory locked, the tensors stream
 under a staging name, every one read back against the checksum of the bytes given, then
 published atomically. :func:`write_safetensors` writes a ``.safetensors`` file (the header from
 the planned shapes, then each array as it comes); :func:`write_tf_checkpoint` a TensorFlow
-name-based checkpoint prefix, named the latest of its directory.
+name-based checkpoint prefix, named the latest of its directory. :func:`largest_first` orders a
+conversion's steps for writing: the largest tensors of each file first, so that once the last byte
+has arrived only the smallest are left to transform, write and check.
 
 Example::
 
@@ -50,7 +52,7 @@ def write_huggingface_weights(out_dir, stream, metadata=None, *, max_shard_bytes
     ``model.safetensors.index.json``, published all or none. Files of the other layout that a replaced
     output left are removed once the new one is in place (a loader takes ``model.safetensors`` first).
     Returns the files written."""
-    limit = max_shard_bytes or safetensors.SHARDED_SAFETENSORS.max_shard_bytes
+    limit = shard_limit(max_shard_bytes)
     single = storage.join(out_dir, SAFETENSORS_FILE)
     index = storage.join(out_dir, safetensors.INDEX_NAME)
     if sum(nbytes(shape, dtype) for shape, dtype in stream.specs.values()) > limit:
@@ -62,6 +64,32 @@ def write_huggingface_weights(out_dir, stream, metadata=None, *, max_shard_bytes
     for path in stale:
         storage.remove(path)
     return written
+
+
+def shard_limit(max_shard_bytes=None) -> int:
+    """The bytes past which a Hugging Face output is sharded: ``max_shard_bytes``, else ``save_pretrained``'s."""
+    return max_shard_bytes or safetensors.SHARDED_SAFETENSORS.max_shard_bytes
+
+
+def largest_first(plan, max_shard_bytes=None):
+    """``plan`` (a :class:`~.engine.ConversionPlan`) with its steps in the order they are written: within each
+    file, the steps of the largest tensors first, ties in the map's order. The files are the shards
+    ``save_pretrained`` would cut at ``max_shard_bytes`` from the map's order (one file when None), and they
+    stay so: the writer cuts greedily, and a shard that starts with its largest tensor ends where it did.
+    ``plan`` as it is where a step's tensors fall in two shards.
+
+    largest_first(plan).rows()[0][1]      # the embedding, say, where the map put it anywhere
+    """
+    specs = [(name, shape, dtype) for name, (shape, dtype) in plan.specs.items()]
+    limit = max_shard_bytes or sum(nbytes(shape, dtype) for _, shape, dtype in specs) + 1
+    file_of = {name: number for number, names in enumerate(safetensors.plan_shards(specs, limit)) for name in names}
+    keys = []
+    for position, step in enumerate(plan.steps):
+        files = {file_of[target] for target in step.targets}
+        if len(files) > 1:
+            return plan
+        keys.append((files.pop(), -max(nbytes(shape, dtype) for shape, dtype in step.specs), position))
+    return dataclasses.replace(plan, steps=tuple(plan.steps[position] for _, _, position in sorted(keys)))
 
 
 def huggingface_weights(directory) -> str | None:

@@ -15,8 +15,8 @@ __getattr__, __dir__ = exports(__name__, {
     **names(".codec", "CODES", "DTYPES", "ITEM_BYTES", "MAX_HEADER_BYTES", "SUFFIX", "header", "name_problem", "read",
             "specs", "write"),
     **names(".checkpoint_format", "SAFETENSORS"),
-    **names(".sharded", "INDEX_NAME", "SHARDED_SAFETENSORS", "parse_size", "sharded"),
+    **names(".sharded", "INDEX_NAME", "SHARDED_SAFETENSORS", "parse_size", "plan_shards", "sharded"),
 })
 
 __all__ = ["CODES", "DTYPES", "INDEX_NAME", "ITEM_BYTES", "MAX_HEADER_BYTES", "SAFETENSORS", "SHARDED_SAFETENSORS", "SUFFIX",
-           "header", "name_problem", "parse_size", "read", "sharded", "specs", "write"]
+           "header", "name_problem", "parse_size", "plan_shards", "read", "sharded", "specs", "write"]
