@@ -50,8 +50,9 @@ def thread(target, name) -> threading.Thread:
 
 
 def detached(target, name) -> threading.Thread:
-    """Start ``target()`` on a daemon thread of its own, for a request its caller may stop waiting for (a bucket's,
-    past its retry budget): the interpreter does not wait for it at exit, and the client's own time-outs end it."""
+    """Start ``target()`` on a daemon thread of its own, for work the interpreter must not wait for at exit: a
+    request its caller may stop waiting for (a bucket's, past its retry budget; the client's own time-outs end
+    it), or a reader's read-ahead, which waits for a caller who may never close it."""
     started_thread = threading.Thread(target=target, name=name, daemon=True)
     started_thread.start()
     return started_thread

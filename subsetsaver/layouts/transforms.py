@@ -109,9 +109,9 @@ def _transposed(array, axes):
     source = array.view(bits)
     transposed = np.empty((columns, rows), dtype=array.dtype)
     target = transposed.view(bits)
-    if banded:  # [band, column, row in band], walked in that order: each band is read once, front to back
-        np.positive(source[:banded].reshape(banded // band, band, columns).transpose(0, 2, 1),
-                    out=target[:, :banded].reshape(columns, banded // band, band).transpose(1, 0, 2))
+    # [band, column, row in band], walked in that order: each band is read once, front to back
+    np.positive(source[:banded].reshape(banded // band, band, columns).transpose(0, 2, 1),
+                out=target[:, :banded].reshape(columns, banded // band, band).transpose(1, 0, 2))
     target[:, banded:] = source[banded:].T
     return transposed
 
