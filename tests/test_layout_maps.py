@@ -195,6 +195,34 @@ def test_a_stream_that_breaks_its_plan_leaves_no_file(tmp_path):
     assert os.listdir(tmp_path) == []  # nothing staged is left, and the directory the write made is gone
 
 
+@pytest.mark.parametrize("write", [layouts.write_safetensors, layouts.write_tf_checkpoint,
+                                   lambda path, stream: layouts.write_huggingface_weights(path.parent, stream)])
+def test_each_tensor_written_is_let_go_before_the_next_is_made(tmp_path, write):
+    """The writer holds one tensor at a time: when the stream makes the next one (reads it, transposes it), the
+    one before is gone once its checksum is taken (on the checksum thread, while it is written), so its memory
+    can hold the new one."""
+    import weakref
+
+    from subsetsaver import workers
+
+    alive_when_next_made = []
+
+    def tensors():
+        previous = None
+        for name in ("a", "b", "c"):
+            if previous is not None:
+                workers.shared_pool("subsetsaver-crc32c", 1).submit(int).result()  # the checksums taken so far
+                alive_when_next_made.append(previous() is not None)
+            array = np.full(4, ord(name), np.float32)
+            previous = weakref.ref(array)
+            yield name, array
+            del array
+
+    specs = {name: ((4,), "float32") for name in "abc"}
+    write(tmp_path / "out" / "model.safetensors", layouts.TensorStream(specs, tensors()))
+    assert alive_when_next_made == [False, False]
+
+
 def test_an_existing_output_is_kept_unless_overwrite(tmp_path):
     checkpoint, _ = gpt2_checkpoint(tmp_path / "gpt2")
     ss.convert(checkpoint, tmp_path / "hf", map="gpt2-to-hf")

@@ -218,6 +218,30 @@ def test_a_transpose_moves_every_bit_nan_payloads_too():
     assert result.view(np.uint32).tobytes() == np.ascontiguousarray(bits.T).tobytes()
 
 
+def test_a_transpose_of_strings_is_numpys_transpose():
+    """An array of objects (a string tensor) cannot move as integers: numpy copies it."""
+    words = np.array([[b"a", b"bb", b"ccc"], [b"d", b"", b"f"]], dtype=object)
+    result = apply_all(parse_transforms(["transpose"]), words)
+    assert result.dtype == object and result.tolist() == [[b"a", b"d"], [b"bb", b""], [b"ccc", b"f"]]
+
+
+@pytest.mark.parametrize("shape", [(64, 40960), (40960, 64), (16, 32, 8192)])
+def test_a_large_transpose_is_made_in_the_memory_a_tensor_before_it_let_go(shape):
+    """A conversion's tensors come one after another: the memory of the one just written holds the next
+    one's transpose (banded, wide or of three axes), not memory the system must clear first."""
+    from subsetsaver.formats import memory
+
+    memory.free_idle_buffers()
+    matrix = (np.arange(np.prod(shape), dtype=np.float32) % 251).reshape(shape)
+    written = memory.reused_bytes(matrix.nbytes)
+    address = written.ctypes.data
+    del written  # let go: idle, its pages kept
+    result = apply_all(parse_transforms(["transpose"]), matrix)
+    assert result.ctypes.data == address
+    assert result.tobytes() == np.ascontiguousarray(matrix.T).tobytes()
+    memory.free_idle_buffers()
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_split_and_concat_take_the_axis_they_name(tmp_path, axis):
     """A (3, 3, 3) tensor split in three along ``axis`` and joined again: any other axis gives other values."""

@@ -128,3 +128,4 @@ def _checked(stream):
             raise CorruptCheckpointError(f"the stream gave '{name}' {list(array.shape)} {array.dtype.name} where "
                                          f"'{planned}' {list(shape)} {dtype} was planned")
         yield name, array
+        del array  # gone before the next tensor is read and made: its memory can hold that one

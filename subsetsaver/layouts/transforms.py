@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from ..errors import LayoutMapError
+from ..formats.memory import reused_bytes
 
 KINDS = ("transpose", "reshape", "squeeze", "expand_dims", "cast", "drop_first")
 
@@ -92,28 +93,47 @@ def _transposed(array, axes):
     wider than a few thousand columns is copied band by band (as many rows as fill a cache line of the
     result, all columns), in one numpy call that leaves the GIL free for the whole copy: 2-3x numpy's own
     transposing copy, and the threads fetching the next tensors are never made to wait for it. Its
-    elements move as unsigned integers of their width: bit for bit, NaN payloads too. A wider matrix and
-    any other permutation, or an array not in C order, go through numpy as they are.
+    elements move as unsigned integers of their width: bit for bit, NaN payloads too. A wider matrix, any
+    other permutation, an array not in C order and an array of objects (strings) are copied by numpy. The result is
+    made in memory an earlier tensor let go of where one is idle (:func:`_new_array`).
 
     >>> _transposed(np.arange(6).reshape(2, 3), None).tolist()
     [[0, 3], [1, 4], [2, 5]]
     """
     array = np.asarray(array)
     if (array.ndim != 2 or axes not in (None, (1, 0)) or not 0 < array.shape[1] <= _BANDED_UP_TO
-            or array.itemsize not in (1, 2, 4, 8) or not array.flags.c_contiguous):
-        return np.ascontiguousarray(np.transpose(array, axes))
+            or array.itemsize not in (1, 2, 4, 8) or array.dtype.hasobject or not array.flags.c_contiguous):
+        permuted = np.transpose(array, axes)
+        transposed = _new_array(permuted.shape, array.dtype)
+        np.copyto(transposed, permuted)
+        return transposed
     rows, columns = array.shape
     band = _LINE_BYTES // array.itemsize
     banded = rows - rows % band
     bits = np.dtype(f"u{array.itemsize}")
     source = array.view(bits)
-    transposed = np.empty((columns, rows), dtype=array.dtype)
+    transposed = _new_array((columns, rows), array.dtype)
     target = transposed.view(bits)
     # [band, column, row in band], walked in that order: each band is read once, front to back
     np.positive(source[:banded].reshape(banded // band, band, columns).transpose(0, 2, 1),
                 out=target[:, :banded].reshape(columns, banded // band, band).transpose(1, 0, 2))
     target[:, banded:] = source[banded:].T
     return transposed
+
+
+def _new_array(shape, dtype):
+    """An uninitialized C-ordered array of ``shape`` and ``dtype``; a large one in memory that an earlier tensor
+    let go of, where one of about its size is idle (:func:`~subsetsaver.formats.memory.reused_bytes`). A
+    conversion's tensors are read, made and written one after another: the memory of the one just written
+    holds the next one's transpose, instead of memory the system must first clear (a 66 MB matrix took 74 ms
+    to transpose into new memory here, and 40 ms into the memory of the one before).
+
+    >>> _new_array((2, 3), np.dtype("float32")).shape
+    (2, 3)
+    """
+    if dtype.hasobject:
+        return np.empty(shape, dtype=dtype)
+    return reused_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 def parse_transforms(items) -> tuple:
