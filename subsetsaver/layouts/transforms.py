@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ..errors import LayoutMapError
-from ..formats.memory import reused_bytes
+from ..formats import memory
 
 KINDS = ("transpose", "reshape", "squeeze", "expand_dims", "cast", "drop_first")
 
@@ -133,7 +133,7 @@ def _new_array(shape, dtype):
     """
     if dtype.hasobject:
         return np.empty(shape, dtype=dtype)
-    return reused_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+    return memory.reused_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 def parse_transforms(items) -> tuple:
