@@ -305,6 +305,38 @@ def test_absent_objects_are_file_not_found(object_store):
     storage.remove(url)  # absent is fine
 
 
+@pytest.mark.parametrize("count", [2, 16, 48])
+def test_the_sizes_of_many_objects_are_asked_together(monkeypatch, count):
+    """A checkpoint's data files in a bucket cost about one round trip, not one each: their sizes are asked at once,
+    at most MAX_REQUESTS (16) at a time. Here each answer waits until as many are asked."""
+    import threading
+
+    from subsetsaver import storage as file_layer
+
+    place = object_servers.Place("memory")
+    urls = [place.url(f"model.data-{number:05d}-of-{count:05d}") for number in range(count)]
+    for number, url in enumerate(urls[1:], 1):
+        file_layer.write_bytes(url, b"x" * number)
+    filesystem_type = type(file_layer.backend(urls[0]).filesystem)
+    together = threading.Barrier(min(count, remote_storage.MAX_REQUESTS), timeout=20)
+    waiting, most = [0], [0]
+    counting = threading.Lock()
+    info = filesystem_type.info
+
+    def info_once_all_are_asked(filesystem, path, **kwargs):
+        with counting:
+            waiting[0] += 1
+            most[0] = max(most[0], waiting[0])
+        together.wait()
+        with counting:
+            waiting[0] -= 1
+        return info(filesystem, path, **kwargs)
+
+    monkeypatch.setattr(filesystem_type, "info", info_once_all_are_asked)
+    assert file_layer.sizes(urls) == {url: (number or None) for number, url in enumerate(urls)}
+    assert most[0] == min(count, remote_storage.MAX_REQUESTS)
+
+
 def test_a_short_object_is_named_with_its_length(object_store):
     storage = storage_for(object_store)
     url = object_store.url("model.data-00000-of-00001")

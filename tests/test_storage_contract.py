@@ -65,6 +65,15 @@ def test_absent_files_are_file_not_found_and_removing_them_is_nothing(directory)
     storage.remove_tree(gone)
 
 
+def test_sizes_are_answered_for_many_files_at_once(directory):
+    storage.make_directories(directory)
+    paths = [storage.join(directory, name) for name in ("a", "b", "gone")]
+    storage.write_bytes(paths[0], b"")  # an empty file is a file (ram://: GFile makes its file on a first write)
+    storage.write_bytes(paths[1], b"xyz")
+    assert storage.sizes(paths) == {paths[0]: 0, paths[1]: 3, paths[2]: None}
+    assert storage.sizes([]) == {}
+
+
 def test_rename_remove_and_remove_tree(directory):
     inner = storage.join(directory, "run")
     storage.make_directories(inner)

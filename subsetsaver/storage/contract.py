@@ -47,6 +47,11 @@ class StorageBackend(abc.ABC):
     def size(self, path) -> int:
         """Bytes of the file at ``path``; FileNotFoundError when there is none."""
 
+    def sizes(self, paths) -> dict:
+        """Bytes of each file of ``paths``, None where there is none; asked one after another here (a store whose
+        round trips cost more asks them together)."""
+        return {path: size_or_none(self, path) for path in paths}
+
     @abc.abstractmethod
     def read_bytes(self, path, limit=None) -> bytes:
         """The bytes of ``path`` (at most ``limit``); FileNotFoundError when there is no such file."""
@@ -120,3 +125,11 @@ class RangeReader:
         import numpy as np
 
         return self.read_into(offset, np.empty(count, dtype=np.uint8)).tobytes()
+
+
+def size_or_none(backend, path):
+    """``backend.size(path)``, or None where nothing is there."""
+    try:
+        return backend.size(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None

@@ -80,6 +80,7 @@ class GFileFiles(StorageBackend):
         temporary = temporary_name(path)
         handle = tf.io.gfile.GFile(temporary, "wb")
         try:
+            handle.write(b"")  # GFile creates its file on the first write: an empty file is written too
             yield _GFileSink(handle)
             handle.close()
             tf.io.gfile.rename(temporary, path, overwrite=True)

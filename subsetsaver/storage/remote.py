@@ -14,7 +14,8 @@ imported when the first URL of that protocol is used, and find their credentials
   create where the store has one), and removes it when the process exits.
 - An answer about an object (is it there, its size, is it a "directory", a whole small object) is
   reused for ``METADATA_FRESH_SECONDS``: opening one checkpoint asks the same few questions many times,
-  and each is a round trip. This process's own writes forget every answer at once.
+  and each is a round trip. This process's own writes forget every answer at once. The sizes of many
+  objects (a checkpoint's data files) are asked together (``sizes``).
 
 Example::
 
@@ -29,6 +30,7 @@ import atexit
 import collections
 import contextlib
 import datetime
+import functools
 import io
 import json
 import os
@@ -49,7 +51,7 @@ from ..errors import (
     clipped,
 )
 from . import limits, remote_errors, remote_ranges
-from .contract import RangeReader, StorageBackend
+from .contract import RangeReader, StorageBackend, size_or_none
 from .remote_ranges import MERGE_GAP, Block, merge_ranges
 
 IN_FLIGHT_BYTES = 16 << 20
@@ -149,6 +151,16 @@ class RemoteStorage(StorageBackend):
         if info.get("type") == "directory":
             raise CheckpointNotFoundError(f"'{path}' is a directory, not an object", path=path)
         return int(info["size"])
+
+    def sizes(self, paths) -> dict:
+        """The length of each object of ``paths`` (None where there is none), up to ``MAX_REQUESTS`` asked at once:
+        a checkpoint's sixteen data files cost about one round trip, not sixteen."""
+        paths = list(dict.fromkeys(paths))
+        if len(paths) < 2:
+            return super().sizes(paths)
+        with workers.scoped_pool(min(len(paths), MAX_REQUESTS), "subsetsaver-sizes") as asking:
+            answers = list(asking.map(functools.partial(size_or_none, self), paths))
+        return dict(zip(paths, answers))
 
     def read_bytes(self, path, limit=None) -> bytes:
         """The object (its first ``limit`` bytes if given) in one request; FileNotFoundError when there is none."""

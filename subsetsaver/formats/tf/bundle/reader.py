@@ -47,13 +47,6 @@ _NUMPY_MAX_DIMENSIONS = 64  # TensorFlow allows 254
 PIECE_BYTES = 4 << 20  # a local tensor is read and checksummed this many bytes at a time
 
 
-def _size_or_none(path):
-    try:
-        return storage.size(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 @functools.lru_cache(maxsize=4)
 def _parsed_index(prefix, data) -> BundleIndex:
     """The checked index of ``prefix`` whose ``.index`` holds ``data``. One command opens a checkpoint
@@ -175,7 +168,9 @@ class BundleReader:
         self._index = _parsed_index(self.prefix, data)
         self.num_shards = self._index.num_shards
         self.version = self._index.version
-        sizes = {shard: _size_or_none(self._data_path(shard)) for shard in {s.shard for s in self._index.stored()}}
+        shards = sorted({stored.shard for stored in self._index.stored()})
+        found = storage.sizes(self._data_path(shard) for shard in shards)  # in a bucket: asked together
+        sizes = {shard: found[self._data_path(shard)] for shard in shards}
         check_data_files(self._index, sizes, require_all=require_data_files)
         self.names = tuple(self._index.tensors)
         self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
