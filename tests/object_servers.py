@@ -110,6 +110,33 @@ class CountingRelay:
                 end.close()
 
 
+class DelayingRelay(CountingRelay):
+    """A relay in front of a store far away: each request waits ``delay`` seconds (0.05 unless set) before it is
+    passed on, as a round trip to a distant region would make it wait; requests sent together wait together."""
+
+    delay = 0.05
+
+    def _pump(self, source, target, upstream):
+        if upstream:
+            target = _Delayed(target, self)
+        super()._pump(source, target, upstream)
+
+
+class _Delayed:
+    """A socket whose sends of a request's first line are held back by the relay's ``delay``."""
+
+    def __init__(self, connection, relay):
+        self._connection, self._relay = connection, relay
+
+    def sendall(self, data):
+        if b" HTTP/1.1\r\n" in data:
+            time.sleep(self._relay.delay)
+        self._connection.sendall(data)
+
+    def __getattr__(self, name):
+        return getattr(self._connection, name)
+
+
 class FaultyRelay(CountingRelay):
     """A relay that fails the way a server does, at a chosen byte: ``kill_after(count, upstream)`` drops every
     connection and stops listening once ``count`` bytes went that way (the server killed: what follows is
