@@ -168,9 +168,9 @@ class BundleReader:
         self._index = _parsed_index(self.prefix, data)
         self.num_shards = self._index.num_shards
         self.version = self._index.version
-        shards = sorted({stored.shard for stored in self._index.stored()})
-        found = storage.sizes(self._data_path(shard) for shard in shards)  # in a bucket: asked together
-        sizes = {shard: found[self._data_path(shard)] for shard in shards}
+        paths = {shard: self._data_path(shard) for shard in sorted({stored.shard for stored in self._index.stored()})}
+        found = storage.sizes(paths.values())  # in a bucket: asked together
+        sizes = {shard: found[path] for shard, path in paths.items()}
         check_data_files(self._index, sizes, require_all=require_data_files)
         self.names = tuple(self._index.tensors)
         self.specs = {name: tensor.spec for name, tensor in self._index.tensors.items()}
