@@ -123,3 +123,31 @@ def test_a_tensor_read_that_needs_fresh_memory_gives_back_the_smaller_idle_buffe
     memory.recycled_bytes(3 * MB)  # a restore's buffer keeps the idle buffers of other sizes, as before
     memory.recycled_bytes(50 * MB)
     assert [len(m) for m in memory._idle] == [40 * MB, 3 * MB, 50 * MB]
+
+
+def test_a_mid_size_tensor_buffer_is_reused_once_every_view_of_it_is_dropped():
+    first = memory.reused_bytes(MB + 5)  # rounded up to share: a sixteenth at most
+    where = address(first)
+    kept = first[10:20]
+    del first
+    second = memory.reused_bytes(MB)  # the first is still seen through a view: memory of its own
+    assert address(second) != where and address(second) % 4096 == 0
+    del kept
+    third = memory.reused_bytes(MB + 5)
+    assert address(third) == where and third.nbytes == MB + 5 and type(third) is np.ndarray
+    small = memory.reused_bytes(memory._MID_FROM - 1)  # smaller tensors: numpy's own memory
+    assert type(small) is np.ndarray and small.base is None
+
+
+def test_idle_mid_size_buffers_are_kept_up_to_their_byte_cap_the_oldest_unmapped_first():
+    count = memory.IDLE_MID_BYTES // (4 * MB) + 3
+    buffers = [memory.reused_bytes(4 * MB) for _ in range(count)]
+    addresses = [address(buffer) for buffer in buffers]
+    while buffers:
+        buffers.pop(0)  # all go idle, in order
+    kept = memory.IDLE_MID_BYTES // (4 * MB)
+    assert [len(mapping) for mapping in memory._idle_mid] == [4 * MB] * kept
+    assert memory._idle == []  # a restore's idle buffers are not theirs
+    assert address(memory.reused_bytes(4 * MB)) == addresses[-1]  # the newest first
+    assert memory.free_idle_buffers() == kept * 4 * MB  # the one just taken and dropped went back too
+    assert memory._idle_mid == [] and memory.free_idle_buffers() == 0

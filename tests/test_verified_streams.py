@@ -393,6 +393,36 @@ def test_a_local_file_is_read_one_tensor_ahead_and_a_bucket_as_far_as_its_cap(tm
     assert asked == [0, reader_module.READ_AHEAD_BYTES]
 
 
+def test_a_bucket_read_of_many_mid_size_tensors_makes_their_memory_once(tmp_path, monkeypatch):
+    """Tensors of a few MiB, read from a bucket after a large one and let go one after another, are read into
+    the memory of those let go before them: new memory only for as many as the read-ahead holds (its cap, not
+    the large tensor's size), not a mapping per tensor."""
+    import fsspec
+
+    from subsetsaver.formats import memory
+    from subsetsaver.formats.tf.bundle import reader as reader_module
+
+    values = {"a_large": np.zeros(10 << 20, np.float32)}  # 40 MiB: the read-ahead may hold that much, up to its cap
+    values.update({f"t{index:02d}": np.full(1 << 18, index, np.float32) for index in range(48)})  # 1 MiB each
+    tf_bundle.write(tmp_path / "model", values)
+    bucket = fsspec.filesystem("memory")
+    for name in os.listdir(tmp_path):
+        bucket.put_file(str(tmp_path / name), f"memory://mid/{name}")
+    memory.free_idle_buffers()
+    made = []
+    monkeypatch.setattr(memory, "_mapping", lambda count, original=memory._mapping: made.append(count)
+                        or original(count))
+    with tf_bundle.BundleReader("memory://mid/model") as reader:
+        for name, value in reader.read_many(list(values)):
+            assert value.tobytes() == values[name].tobytes(), name
+            del value
+            time.sleep(0.01)  # a slow caller: the read-ahead fills what it may hold
+    small = [count for count in made if count == 1 << 20]
+    assert reader_module.READ_AHEAD_BYTES < values["a_large"].nbytes  # the cap, not the large tensor, bounds it
+    assert 0 < len(small) <= reader_module.READ_AHEAD_BYTES // (1 << 20) + 2, len(small)
+    memory.free_idle_buffers()
+
+
 def test_read_ahead_stops_at_its_byte_cap_and_still_reads_one_larger_tensor():
     watched = _WatchedReadAhead([4, 1, 1, 1, 4, 1], most=2)  # ahead: two of 1, not three; a 4 once nothing is ahead
     assert watched.take(1) == [0]  # the 4, over the cap, read with nothing ahead
