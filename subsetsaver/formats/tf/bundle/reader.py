@@ -58,11 +58,12 @@ def _parsed_index(prefix, data) -> BundleIndex:
 
 
 _reading_ahead = threading.BoundedSemaphore(1)  # one reader reads ahead at a time: readers side by side share it
-READ_AHEAD_BYTES = 16 << 20
+READ_AHEAD_BYTES = 8 << 20
 """The most bytes a bucket's reader reads ahead of the caller's tensor (fewer where the largest tensor of the read
 holds fewer), past one tensor: while a large tensor is transformed and written, the ones after it keep arriving.
-More costs more than it saves: every tensor held ahead is memory the system clears first, and 64 MiB made a bucket's
-T5 conversion here 80,000 page faults and 0.09 s of CPU time where 16 MiB made 59,000 (10 runs each). A
+More costs more than it saves: every tensor held ahead is memory the system clears first. A bucket's T5 conversion
+here took 80,000 page faults reading 64 MiB ahead, 59,000 and 0.09 s less CPU time at 16 MiB (10 runs each), and
+0.05 s less again at 8 MiB (56,000; 12 runs, 10 of them faster); 4 MiB was slower than 8 (2 of 12 faster). A
 local file is read one tensor ahead: it comes at the disk's pace, and a conversion then peaks within its largest
 tensor and about 120 MB (``bench/bench_layouts.py``)."""
 
