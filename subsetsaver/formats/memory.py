@@ -93,8 +93,8 @@ _idle_mid = []  # idle mid-size mappings, oldest first (guarded by _idle_lock)
 def reused_bytes(nbytes):
     """An uninitialized uint8 array of ``nbytes`` to fill with a tensor: one of 256 KiB or more in memory that goes
     back to be reused for a later tensor of a similar size once every view of it is dropped (memory
-    faulted in afresh costs more than reading the file from the page cache). A tensor that needs fresh
-    memory first gives back the idle buffers smaller than itself, which stay resident until the kernel
+    faulted in afresh costs more than reading the file from the page cache). A tensor of 8 MiB or more that
+    needs fresh memory first gives back the idle buffers smaller than itself, which stay resident until the kernel
     wants them: a file command's peak stays about its largest tensor plus what it works on, not that
     plus the buffers of the sizes it read before.
 
