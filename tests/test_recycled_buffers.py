@@ -125,8 +125,11 @@ def test_a_tensor_read_that_needs_fresh_memory_gives_back_the_smaller_idle_buffe
     assert [len(m) for m in memory._idle] == [40 * MB, 3 * MB, 50 * MB]
 
 
-def test_a_mid_size_tensor_buffer_is_reused_once_every_view_of_it_is_dropped():
-    first = memory.reused_bytes(MB + 5)  # rounded up to share: a sixteenth at most
+def test_a_mid_size_tensor_buffer_is_reused_once_every_view_of_it_is_dropped(monkeypatch):
+    made = []
+    monkeypatch.setattr(memory, "_mapping", lambda count, original=memory._mapping: made.append(count)
+                        or original(count))
+    first = memory.reused_bytes(MB + 5)  # rounded up to share, to a step of an eighth of the power of two below
     where = address(first)
     kept = first[10:20]
     del first
@@ -135,6 +138,7 @@ def test_a_mid_size_tensor_buffer_is_reused_once_every_view_of_it_is_dropped():
     del kept
     third = memory.reused_bytes(MB + 5)
     assert address(third) == where and third.nbytes == MB + 5 and type(third) is np.ndarray
+    assert made == [MB + MB // 8, MB]  # the third is the first's mapping, not a new one at the same address
     small = memory.reused_bytes(memory._MID_FROM - 1)  # smaller tensors: numpy's own memory
     assert type(small) is np.ndarray and small.base is None
 

@@ -68,19 +68,29 @@ def recycled_bytes(count, *, make_room=False):
     call of the same size. Small sizes, and systems without anonymous mappings, get :func:`aligned_bytes`.
     With ``make_room``, a call that finds no idle buffer of its size first unmaps the idle ones smaller
     than it (see :func:`reused_bytes`)."""
-    import numpy as np
-
     if count < _OWN_MAPPING_FROM or not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_bytes(count)
     with _idle_lock:
-        same = [i for i, idle in enumerate(_idle) if len(idle) == count]
-        mapping = _idle.pop(same[-1]) if same else None  # the newest: its pages are the likeliest kept
+        mapping = _taken(_idle, count)
         if mapping is None and make_room:
             _idle[:] = [idle for idle in _idle if len(idle) > count]
-    if mapping is None:
-        mapping = _mapping(count)
+    return _recycled(_mapping(count) if mapping is None else mapping, _keep_idle)
+
+
+def _taken(idle, size):
+    """The newest mapping of ``size`` in the list ``idle`` (its pages the likeliest kept), taken out of it; None
+    when there is none. The caller holds ``_idle_lock``."""
+    same = [number for number, mapping in enumerate(idle) if len(mapping) == size]
+    return idle.pop(same[-1]) if same else None
+
+
+def _recycled(mapping, keep):
+    """A uint8 array over ``mapping`` that hands it to ``keep`` (:func:`_keep_idle`, :func:`_keep_mid`) once it and
+    every view of it are dropped."""
+    import numpy as np
+
     buffer = np.frombuffer(mapping, dtype=np.uint8).view(_recycled_type())
-    buffer._mapping = mapping  # the root alone holds it; every view keeps the root alive
+    buffer._mapping, buffer._keep = mapping, keep  # the root alone holds them; every view keeps the root alive
     return buffer
 
 
@@ -110,7 +120,7 @@ def reused_bytes(nbytes):
 
     if nbytes < _MID_FROM:
         return np.empty(nbytes, dtype=np.uint8)
-    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by at most a sixteenth share buffers
+    step = 1 << max(nbytes.bit_length() - 4, 12)  # sizes rounded up by less than an eighth share buffers
     size = -(-nbytes // step) * step
     buffer = _mid_bytes(size) if size < _REUSED_FROM else recycled_bytes(size, make_room=True)
     return buffer[:nbytes].view(np.ndarray)
@@ -119,18 +129,11 @@ def reused_bytes(nbytes):
 def _mid_bytes(size):
     """A page-aligned uint8 array of ``size`` bytes whose mapping joins the idle mid-size buffers when it is dropped
     (:func:`aligned_bytes` where the system has no anonymous mappings)."""
-    import numpy as np
-
     if not hasattr(mmap, "MAP_ANONYMOUS"):
         return aligned_bytes(size)
     with _idle_lock:
-        same = [i for i, idle in enumerate(_idle_mid) if len(idle) == size]
-        mapping = _idle_mid.pop(same[-1]) if same else None
-    if mapping is None:
-        mapping = _mapping(size)
-    buffer = np.frombuffer(mapping, dtype=np.uint8).view(_recycled_type())
-    buffer._mapping, buffer._mid = mapping, True  # the root alone holds it; every view keeps the root alive
-    return buffer
+        mapping = _taken(_idle_mid, size)
+    return _recycled(_mapping(size) if mapping is None else mapping, _keep_mid)
 
 
 @functools.cache
@@ -138,12 +141,12 @@ def _recycled_type():
     import numpy as np
 
     class RecycledBytes(np.ndarray):
-        """An array from :func:`recycled_bytes`: when the root goes, its mapping becomes idle."""
+        """An array from :func:`_recycled`: when the root goes, its mapping becomes idle."""
 
         def __del__(self):
             mapping = self.__dict__.get("_mapping")
             if mapping is not None:
-                (_keep_mid if self.__dict__.get("_mid") else _keep_idle)(mapping)
+                self.__dict__["_keep"](mapping)
 
     return RecycledBytes
 
