@@ -15,10 +15,14 @@ get's (every byte of the objects per second), and the two wall times. The second
 for the disk: the time this process takes to write as many bytes as the conversion fetched through the library's
 own writer (past the page cache, each stage read back from the disk, fsynced, renamed), in each run between the
 two sides, and the throughput a conversion would have if it took only that long. The get writes into the page
-cache and reads nothing back. The third line gives the same two sides timed through the relay, over the whole
-command and over the transfer alone: the bytes the relay passed per second from the server's first byte to its
-last, as the relay saw them; the conversion's start-up before its first request, and what is left of its check
-of the output after the last byte (each stage is read back from the disk as it is written), fall outside it.
+cache and reads nothing back. The third line is the reference for the fetching side: the time a process takes
+to read the tensors the conversion keeps (the catalog's roles drop Adafactor's state and the step), each verified
+against its checksum, none transformed or written, in each run too, its clock started where the conversion's is
+(the library's command line imported, the rest not). The fourth line gives the same two sides timed through the
+relay, over the whole command and over the transfer alone: the bytes the relay passed per second from the
+server's first byte to its last, as the relay saw them; the conversion's start-up before its first request, and
+what is left of its check of the output after the last byte (each stage is read back from the disk as it is
+written), fall outside it.
 
 Run: ``python bench/bench_remote_layouts.py``.
 """
@@ -41,6 +45,19 @@ import object_servers  # noqa: E402 - the tests' own servers
 from bench.bench_remote import GET, command, run, upload  # noqa: E402
 
 RUNS = int(os.environ.get("SUBSETSAVER_BENCH_RUNS", "3"))
+
+READ_KEPT = """
+import sys, time, fsspec
+import subsetsaver.cli
+fsspec.filesystem("gs", use_listings_cache=False).exists(sys.argv[2])  # connected, as the other two sides are
+start = time.perf_counter()
+from subsetsaver.catalog import file_catalog, read_tensors
+catalog = file_catalog(sys.argv[1])
+dropped = set().union(*(catalog.role(role) for role in ("slot", "optimizer", "global_step")))
+kept = [name for name in catalog.all_names if name not in dropped]
+total = sum(value.nbytes for _, value in read_tensors(sys.argv[1], kept))
+print(time.perf_counter() - start, total)
+"""
 
 
 def main():
@@ -68,7 +85,7 @@ def main():
             _convert(server, sides[server][0], work)
             _get(server, sides[server][1], work)
         timed = {server: ([], []) for server in servers}
-        fetched, rates, disk = [], [], []
+        fetched, rates, disk, reads = [], [], [], []
         for _ in range(RUNS):
             counting.relay.reset()
             timed[counting][0].append(_convert(counting, sides[counting][0], work))
@@ -80,6 +97,7 @@ def main():
             timed[direct][0].append(_convert(direct, sides[direct][0], work))
             timed[direct][1].append(_get(direct, sides[direct][1], work))
             disk.append(_write_and_read_back(work, fetched[-1]))
+            reads.append(_read_kept(direct, sides[direct][0]))
         moved = statistics.median(fetched)
         mine, get = (statistics.median(times) for times in timed[direct])
         print(f"gs: convert --map t5-to-hf of a {total / 1e6:.0f} MB Mesh TensorFlow T5 (half Adafactor state): "
@@ -90,6 +108,10 @@ def main():
         print(f"disk: writing {moved / 1e6:.0f} MB as the writer does, read back from the disk, takes {floor:.2f} s "
               f"(runs {_runs(disk)}): a conversion taking only that long would have "
               f"{(moved / floor) / (total / get):.2f}x the get's throughput")
+        read = statistics.median(reads)
+        print(f"fetch: reading the kept tensors alone (verified, none transformed or written) takes {read:.2f} s (runs "
+              f"{_runs(reads)}): a conversion taking only that long would have {(moved / read) / (total / get):.2f}x "
+              f"the get's throughput")
         mine, get = (statistics.median(times) for times in timed[counting])
         print(f"gs, through the counting relay: the conversion {mine:.2f} s (runs {_runs(timed[counting][0])}), the "
               f"get {get:.2f} s (runs {_runs(timed[counting][1])}): throughput {(moved / mine) / (total / get):.2f}x "
@@ -114,6 +136,11 @@ def _get(server, urls, work) -> float:
     seconds = float(run(GET, ["gs", target, *urls], server.environ).stdout.split()[-1])
     shutil.rmtree(target)
     return seconds
+
+
+def _read_kept(server, remote) -> float:
+    connected = dict(server.environ)
+    return float(run(READ_KEPT, [remote, f"gs://{object_servers.BUCKET}"], connected).stdout.split()[0])
 
 
 def _runs(figures) -> str:
