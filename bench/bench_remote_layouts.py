@@ -139,8 +139,7 @@ def _get(server, urls, work) -> float:
 
 
 def _read_kept(server, remote) -> float:
-    connected = dict(server.environ)
-    return float(run(READ_KEPT, [remote, f"gs://{object_servers.BUCKET}"], connected).stdout.split()[0])
+    return float(run(READ_KEPT, [remote, f"gs://{object_servers.BUCKET}"], server.environ).stdout.split()[0])
 
 
 def _runs(figures) -> str:

@@ -167,12 +167,8 @@ def _keep_mid(mapping):
     marking), the oldest unmapped past :data:`IDLE_MID_BYTES`."""
     with _idle_lock:
         _idle_mid.append(mapping)
-        kept = 0
-        for number in range(len(_idle_mid) - 1, -1, -1):
-            kept += len(_idle_mid[number])
-            if kept > IDLE_MID_BYTES:
-                del _idle_mid[:number + 1]
-                break
+        while sum(len(idle) for idle in _idle_mid) > IDLE_MID_BYTES:
+            del _idle_mid[0]
 
 
 def free_idle_buffers() -> int:
