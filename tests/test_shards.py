@@ -149,20 +149,23 @@ def test_replacing_an_output_of_either_layout_leaves_only_the_new_one(tmp_path):
         ss.convert(checkpoint, out, map="gpt2-to-hf")
 
 
-def test_a_write_beside_a_killed_writes_shards_takes_neither_count_and_leaves_only_its_own(tmp_path):
+def test_a_write_removes_the_shards_a_killed_write_left_first_so_the_count_alternates(tmp_path):
     checkpoint, arrays = gpt2_checkpoint(tmp_path / "gpt2")
     out = tmp_path / "hf"
     ss.convert(checkpoint, out, map="gpt2-to-hf", max_shard_size="1KB")
-    count = len(set(_index(out)["weight_map"].values()))
+    old = sorted(set(_index(out)["weight_map"].values()))
+    count = len(old)
     orphans = [SHARD.format(number, count + 1) for number in range(1, count + 2)]  # a killed write's, under final names
     for orphan in orphans:
         (out / orphan).write_bytes(b"left by a write killed before its index")
     ss.convert(checkpoint, out, map="gpt2-to-hf", max_shard_size="1KB", overwrite=True)
     shards = sorted(set(_index(out)["weight_map"].values()))
-    assert len(shards) not in (count, count + 1)  # a new shard never takes the name of a file there
+    assert shards == orphans  # the old count avoided; the orphans gone before the new shards took their names
     assert sorted(os.listdir(out)) == sorted([*shards, safetensors.INDEX_NAME, "config.json"])
     values = dict(catalog.read_tensors(str(out / safetensors.INDEX_NAME), ["h.1.mlp.c_fc.weight"]))
     assert values["h.1.mlp.c_fc.weight"].tobytes() == arrays["model/h1/mlp/c_fc/w"][0].tobytes()
+    ss.convert(checkpoint, out, map="gpt2-to-hf", max_shard_size="1KB", overwrite=True)
+    assert sorted(set(_index(out)["weight_map"].values())) == old  # and back
 
 
 @pytest.mark.parametrize("index, problem", [

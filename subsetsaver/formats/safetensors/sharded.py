@@ -6,7 +6,8 @@ path and its commit file: shards are written first, the index last, so no reader
 that names a missing or short shard. A new checkpoint's shards never take an old one's names (their
 count, ``-of-NNNNN``, is one the directory's shard files do not use; the shards are split finer until it
 is), so the old index reads its old shards until the new index replaces it; the shards of a write killed
-before its index are the checkpoint's files too, removed by the next write. While staged, the shards
+before its index are the checkpoint's files too, removed by the next write before it counts the directory's
+(:func:`_remove_unnamed_shards`), so the count alternates between two values. While staged, the shards
 are named after the staged index (``.INDEX.tmp-HOST-PID-RANDOM.model-00001-of-00004.safetensors``), and a
 staged index reads them there. Shards are cut at tensor boundaries, as ``save_pretrained`` cuts them: a
 tensor larger than the limit has a shard of its own.
@@ -161,6 +162,7 @@ class ShardedSafetensorsFormat(CheckpointFormat):
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         directory = storage.parent(os.fspath(final))
+        _remove_unnamed_shards(final)
         plan = plan_shards(specs, self.max_shard_bytes, _shard_counts_in(directory))
         by_name = {name: (name, shape, dtype) for name, shape, dtype in specs}
         written, weight_map, stream = {}, {}, iter(tensors)
@@ -226,6 +228,24 @@ def _listing(directory) -> list:
         return storage.list_directory(directory or ".")
     except OSError:
         return []
+
+
+def _remove_unnamed_shards(index) -> None:
+    """Remove the shard files beside ``index`` that it does not name (a write killed after moving its shards in,
+    before its index, left them), all of them where there is no readable index. Called under the directory's
+    writer lock, before a new checkpoint's shards are counted: the old checkpoint keeps every file it reads.
+
+    _remove_unnamed_shards('hf/model.safetensors.index.json')   # model-00001-of-00007... go, the index's 6 stay
+    """
+    index = os.fspath(index)
+    try:
+        named = set(_weight_map(index).values()) if storage.exists(index) else set()
+    except CorruptCheckpointError:
+        named = set()
+    directory = storage.parent(index)
+    for name in _listing(directory):
+        if _SHARD.match(name) and name not in named:
+            storage.remove(storage.join(directory, name))
 
 
 def _shard_counts_in(directory) -> set:
