@@ -149,7 +149,7 @@ def test_replacing_an_output_of_either_layout_leaves_only_the_new_one(tmp_path):
         ss.convert(checkpoint, out, map="gpt2-to-hf")
 
 
-def test_a_write_removes_the_shards_a_killed_write_left_first_so_the_count_alternates(tmp_path):
+def test_the_shards_a_killed_write_left_are_not_counted_so_the_count_alternates_and_they_go(tmp_path):
     checkpoint, arrays = gpt2_checkpoint(tmp_path / "gpt2")
     out = tmp_path / "hf"
     ss.convert(checkpoint, out, map="gpt2-to-hf", max_shard_size="1KB")
@@ -160,7 +160,7 @@ def test_a_write_removes_the_shards_a_killed_write_left_first_so_the_count_alter
         (out / orphan).write_bytes(b"left by a write killed before its index")
     ss.convert(checkpoint, out, map="gpt2-to-hf", max_shard_size="1KB", overwrite=True)
     shards = sorted(set(_index(out)["weight_map"].values()))
-    assert shards == orphans  # the old count avoided; the orphans gone before the new shards took their names
+    assert shards == orphans  # only the old index's count avoided: the new shards took the orphans' names
     assert sorted(os.listdir(out)) == sorted([*shards, safetensors.INDEX_NAME, "config.json"])
     values = dict(catalog.read_tensors(str(out / safetensors.INDEX_NAME), ["h.1.mlp.c_fc.weight"]))
     assert values["h.1.mlp.c_fc.weight"].tobytes() == arrays["model/h1/mlp/c_fc/w"][0].tobytes()

@@ -4,13 +4,14 @@ the layout Hugging Face's ``save_pretrained(max_shard_size=...)`` writes and its
 The index (``{"metadata": {"total_size": N}, "weight_map": {tensor: shard file}}``) is the checkpoint's
 path and its commit file: shards are written first, the index last, so no reader ever finds an index
 that names a missing or short shard. A new checkpoint's shards never take an old one's names (their
-count, ``-of-NNNNN``, is one the directory's shard files do not use; the shards are split finer until it
-is), so the old index reads its old shards until the new index replaces it; the shards of a write killed
-before its index are the checkpoint's files too, removed by the next write before it counts the directory's
-(:func:`_remove_unnamed_shards`), so the count alternates between two values. While staged, the shards
-are named after the staged index (``.INDEX.tmp-HOST-PID-RANDOM.model-00001-of-00004.safetensors``), and a
-staged index reads them there. Shards are cut at tensor boundaries, as ``save_pretrained`` cuts them: a
-tensor larger than the limit has a shard of its own.
+count, ``-of-NNNNN``, is one the old index's shards do not use; the shards are split finer until it
+is), so the old index reads its old shards until the new index replaces it, and the count alternates
+between two values. The shards of a write killed before its index are the checkpoint's files too: never
+counted (a new shard may take one's name), and removed by the next write once its index is in place.
+While staged, the shards are named after the staged index
+(``.INDEX.tmp-HOST-PID-RANDOM.model-00001-of-00004.safetensors``), and a staged index reads them there.
+Shards are cut at tensor boundaries, as ``save_pretrained`` cuts them: a tensor larger than the limit has
+a shard of its own.
 
 Example::
 
@@ -152,18 +153,15 @@ class ShardedSafetensorsFormat(CheckpointFormat):
         if _is_staged(path):  # the staged index and the shards named after it, whichever were written
             return sorted(storage.join(directory, name) for name in _listing(directory)
                           if name == base or name.startswith(base + "."))
-        try:
-            shards = {_shard_path(path, shard) for shard in _weight_map(path).values()} if storage.exists(path) else set()
-        except CorruptCheckpointError:
-            shards = set()
+        shards = {_shard_path(path, shard) for shard in _named_shards(path)}
         if base == INDEX_NAME:  # and the shards a write killed before its index left under their final names
             shards |= {storage.join(directory, name) for name in _listing(directory) if _SHARD.match(name)}
         return sorted(shard for shard in shards if storage.exists(shard)) + ([path] if storage.exists(path) else [])
 
     def write(self, staged, tensors, *, final, specs, metadata) -> dict:
         directory = storage.parent(os.fspath(final))
-        _remove_unnamed_shards(final)
-        plan = plan_shards(specs, self.max_shard_bytes, _shard_counts_in(directory))
+        counts = {int(found.group(2)) for found in map(_SHARD.match, _named_shards(final)) if found}
+        plan = plan_shards(specs, self.max_shard_bytes, counts)  # the old index's shards keep their names
         by_name = {name: (name, shape, dtype) for name, shape, dtype in specs}
         written, weight_map, stream = {}, {}, iter(tensors)
         for number, names in enumerate(plan, start=1):
@@ -230,23 +228,9 @@ def _listing(directory) -> list:
         return []
 
 
-def _remove_unnamed_shards(index) -> None:
-    """Remove the shard files beside ``index`` that it does not name (a write killed after moving its shards in,
-    before its index, left them), all of them where there is no readable index. Called under the directory's
-    writer lock, before a new checkpoint's shards are counted: the old checkpoint keeps every file it reads.
-
-    _remove_unnamed_shards('hf/model.safetensors.index.json')   # model-00001-of-00007... go, the index's 6 stay
-    """
-    index = os.fspath(index)
+def _named_shards(index) -> set:
+    """The shard files the index at ``index`` names; none where it is missing or unreadable."""
     try:
-        named = set(_weight_map(index).values()) if storage.exists(index) else set()
+        return set(_weight_map(index).values()) if storage.exists(index) else set()
     except CorruptCheckpointError:
-        named = set()
-    directory = storage.parent(index)
-    for name in _listing(directory):
-        if _SHARD.match(name) and name not in named:
-            storage.remove(storage.join(directory, name))
-
-
-def _shard_counts_in(directory) -> set:
-    return {int(found.group(2)) for found in map(_SHARD.match, _listing(directory)) if found}
+        return set()
